@@ -1,0 +1,94 @@
+"""The Engine: one store, one embedder, one settings object; loading and (soon) retrieving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .bundle import Bundle, Document
+from .errors import UsageError
+from .loading import LoadReport, Progress, document_from_markdown, load_bundle
+from .providers.embeddings import CachedQueries, Embedder, embedder_from_spec
+from .settings import Settings
+from .stores import store_from_url
+from .stores.base import Store
+
+
+class Engine:
+    """Entry point of the library. Open one with :func:`dossier.open`; close it (or use ``with``)."""
+
+    def __init__(self, store: Store, *, embedder: Embedder | str | None = None, settings: Settings | None = None) -> None:
+        self.store = store
+        self._embedder_spec = embedder
+        self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
+        self._settings = settings
+        self._queries: CachedQueries | None = None
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedding model, loaded on first use and bound to the store (same model as its vectors)."""
+        if self._embedder is None:
+            self._embedder = embedder_from_spec(self._embedder_spec if isinstance(self._embedder_spec, str) else None)
+        if self._queries is None:
+            self.store.bind_embedder(self._embedder.model_id, self._embedder.dimensions)
+            self._queries = CachedQueries(self._embedder)
+        return self._embedder
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.for_model(self.embedder.model_id)
+        return self._settings
+
+    def embed_query(self, text: str):  # type: ignore[no-untyped-def]
+        self.embedder  # noqa: B018 - binds the store on first use
+        assert self._queries is not None
+        return self._queries(text)
+
+    # -- loading -----------------------------------------------------------------------------------
+    def load_bundle(self, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None) -> LoadReport:
+        """Load a bundle (path, parsed dict or :class:`Bundle`). All of it is stored, or nothing."""
+        return load_bundle(self.store, self.embedder, source, progress=progress)
+
+    def add_document(self, document: Document, *, progress: Progress | None = None) -> LoadReport:
+        """Load one document (its org must exist)."""
+        return load_bundle(self.store, self.embedder, Bundle(documents=[document]), progress=progress)
+
+    def add_markdown(
+        self,
+        path: str | Path,
+        *,
+        org: str,
+        title: str | None = None,
+        doc_id: str | None = None,
+        doc_type: str = "guideline",
+        tags: Iterable[str] = (),
+        visible_to_roles: Iterable[str] | None = None,
+        progress: Progress | None = None,
+    ) -> LoadReport:
+        """Load a markdown file as a document, one section per heading."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        document = document_from_markdown(
+            text, org=org, title=title, doc_id=doc_id, doc_type=doc_type, tags=tags, visible_to_roles=visible_to_roles
+        )
+        return self.add_document(document, progress=progress)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_engine(
+    url: str | None = None, *, embedder: Embedder | str | None = None, settings: Settings | None = None
+) -> Engine:
+    hnsw = settings.hnsw_min_rows if settings else Settings().hnsw_min_rows
+    return Engine(store_from_url(url, hnsw_min_rows=hnsw), embedder=embedder, settings=settings)

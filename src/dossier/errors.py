@@ -1,0 +1,110 @@
+"""Every error dossier raises, in one tree.
+
+    DossierError
+    ├── UsageError                the caller's mistake; the message says what to change
+    │   ├── OrgRequired           a store read or write without an org
+    │   ├── InvalidRequest        a retrieve request that does not validate (names the field)
+    │   └── BundleError           a bundle that cannot load; ``problems`` lists each, with its item id
+    ├── ConfigError               the installation or configuration is wrong
+    │   └── MissingExtra          an adapter's optional dependency is absent; names the extra
+    ├── NotFound                  an org, caller, record or document that does not exist
+    ├── StoreError                the storage backend failed
+    │   ├── StoreUnavailable      cannot open or reach the store
+    │   └── SchemaMismatch        the store was written by an incompatible schema or embedder
+    └── ProviderError             an embedding / chat / rerank provider failed (status_code, body)
+        └── ProviderTimeout       the provider did not answer in time
+
+Driver exceptions are translated at the boundary: ``raise StoreUnavailable(...) from exc``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DossierError(Exception):
+    """Root of every error dossier raises on purpose."""
+
+
+class UsageError(DossierError):
+    """The caller asked for something that cannot be done as asked."""
+
+
+class OrgRequired(UsageError):
+    """A store operation was called without an org; every read and write is org-scoped."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(f"{operation}: an org is required (every store read is scoped to one org)")
+        self.operation = operation
+
+
+class InvalidRequest(UsageError):
+    """A retrieve request failed validation; ``field`` names the offending field."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a bundle: where (kind and item id) and what."""
+
+    kind: str
+    item_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.kind} {self.item_id}" if self.item_id else self.kind
+        return f"{where}: {self.message}"
+
+
+class BundleError(UsageError):
+    """A bundle has problems; nothing of it was stored."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        first = "; ".join(str(p) for p in self.problems[:3])
+        more = f" (and {len(self.problems) - 3} more)" if len(self.problems) > 3 else ""
+        super().__init__(f"bundle has {len(self.problems)} problem(s): {first}{more}")
+
+
+class ConfigError(DossierError):
+    """dossier is installed or configured in a way that cannot work."""
+
+
+class MissingExtra(ConfigError):
+    """An optional adapter was asked for but its dependencies are not installed."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        super().__init__(f'{what} needs the "{extra}" extra: pip install "dossier-engine[{extra}]"')
+        self.extra = extra
+
+
+class NotFound(DossierError):
+    """The named org, caller, record or document does not exist (in this org)."""
+
+
+class StoreError(DossierError):
+    """The storage backend failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be opened or reached."""
+
+
+class SchemaMismatch(StoreError):
+    """The store's schema version or embedding model does not match this dossier."""
+
+
+class ProviderError(DossierError):
+    """A model provider (embeddings, chat, rerank) failed."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, body: str | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+
+
+class ProviderTimeout(ProviderError):
+    """A model provider did not answer within its timeout."""

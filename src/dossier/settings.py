@@ -1,0 +1,95 @@
+"""One frozen settings object: every threshold, share, cap, flag and timeout dossier uses.
+
+Similarity thresholds are claims about a corpus *and* an embedding model, so they live in
+:class:`Thresholds`, keyed by the embedder's model id (``THRESHOLDS``). ``docs/thresholds.md`` records
+how the shipped defaults were chosen; ``dossier calibrate`` measures them for your own corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    """Score floors that depend on the embedding model (cosine similarity unless noted)."""
+
+    property_discovery: float = 0.5  # discover records by property meaning
+    memory_semantic: float = 0.5  # tier-2 memories
+    clear_winner: float = 0.55  # top section score that skips the selector...
+    clear_winner_margin: float = 0.12  # ...when it leads the second by this much
+    selector_floor: float = 0.45  # heuristic selector: a pick must score at least this
+    fallback_low: float = 0.30  # best non-system candidate, low confidence
+    supplementary: float = 0.65  # unpicked candidates returned as supplementary
+    fallback_last: float = 0.40  # last resort when nothing else came back
+    sibling_ratio: float = 0.80  # a more specific sibling must score this share of the pick
+
+
+#: Defaults per embedding model id. Unknown models get the class defaults (and a calibration hint).
+THRESHOLDS: Mapping[str, Thresholds] = MappingProxyType(
+    {
+        "all-MiniLM-L6-v2": Thresholds(),
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shares:
+    """Default split of the byte budget; shares of empty sources go to the others."""
+
+    memories: float = 0.35
+    documents: float = 0.30
+    external: float = 0.20
+    properties: float = 0.10
+    graph: float = 0.05
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything tunable. Per-call values merge over these with :meth:`replace`."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    shares: Shares = field(default_factory=Shares)
+    # resolve
+    max_aliases: int = 20
+    # recall
+    recent_memories: int = 25
+    semantic_memories: int = 10
+    semantic_memories_enabled: bool = True
+    discovered_records: int = 10
+    document_candidates: int = 30  # per retriever, before fusion
+    rrf_k: int = 60
+    graph_max_hops: int = 3
+    graph_max_edges: int = 50
+    include_stub_edges: bool = False
+    # select
+    max_picks: int = 3
+    first_pick_relevance: int = 3
+    other_pick_relevance: int = 4
+    max_supplementary: int = 3
+    # understand
+    filter_confidence: float = 0.7
+    # budget
+    default_budget_bytes: int = 8000
+    max_budget_bytes: int = 50_000
+    max_fetch_ids: int = 20
+    # storage
+    hnsw_min_rows: int = 200_000  # exact numpy search below this many vectors per org and kind
+    embed_batch_size: int = 16
+    # timeouts (seconds)
+    filter_timeout: float = 5.0
+    external_timeout: float = 3.0
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def for_model(cls, model_id: str, **changes: Any) -> "Settings":
+        """Settings with the thresholds measured for ``model_id`` (class defaults if unknown)."""
+        return cls(thresholds=THRESHOLDS.get(model_id, Thresholds()), **changes)

@@ -1,0 +1,31 @@
+"""Storage backends behind one protocol (:class:`~dossier.stores.base.Store`), chosen by URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError, MissingExtra
+from .base import Store
+
+DEFAULT_URL = "sqlite:///dossier.db"
+
+
+def store_from_url(url: str | None, *, hnsw_min_rows: int = 200_000) -> Store:
+    """``sqlite:///relative.db``, ``sqlite:////absolute.db``, ``sqlite://:memory:`` or ``postgresql://...``."""
+    url = url or DEFAULT_URL
+    if url.startswith("sqlite://"):
+        from .sqlite import SQLiteStore
+
+        path = url[len("sqlite://") :]
+        if path in (":memory:", "/:memory:"):
+            return SQLiteStore(":memory:", hnsw_min_rows=hnsw_min_rows)
+        if not path.startswith("/") or path == "/":
+            raise ConfigError(f"bad SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////absolute/path.db")
+        return SQLiteStore(Path(path[1:]), hnsw_min_rows=hnsw_min_rows)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtra("the PostgreSQL store", "postgres") from exc
+        raise ConfigError("the PostgreSQL store is not part of this release yet; use a sqlite:/// URL")
+    raise ConfigError(f"unknown store URL {url!r}: expected sqlite:///PATH or postgresql://...")

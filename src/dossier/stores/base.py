@@ -1,0 +1,165 @@
+"""The storage seam: a small ``Store`` protocol that SQLite and PostgreSQL both implement.
+
+Every read and write is scoped to one org. Reads take ``org`` as a required keyword argument, so a
+call without it does not type-check, and every implementation refuses an empty org at run time
+(:class:`~dossier.errors.OrgRequired`). Layers and sources talk to storage only through this protocol.
+
+Kinds of searchable things:
+
+* ``section``  -- a document section; full text over title, heading and text; vector per section.
+* ``memory``   -- a memory; full text over its text; vector per memory.
+* ``property`` -- one property value of one record; vector only (``name: value``).
+
+A :class:`Hit` names what matched: its ``id`` (section id, memory id, or property name), its ``parent``
+(document id, record id, record id) and a ``score`` where higher is better (cosine similarity for
+vectors, negated BM25 for full text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..bundle import Caller, Document, Edge, Memory, Org, Record
+from ..errors import OrgRequired
+from ..identifiers import IdentifierKind
+
+VectorKind = Literal["section", "memory", "property"]
+TextKind = Literal["section", "memory"]
+ItemKind = Literal["org", "caller", "record", "memory", "document", "edge"]
+VECTOR_KINDS: tuple[VectorKind, ...] = ("section", "memory", "property")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str
+    parent: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeHop:
+    edge: Edge
+    hops: int
+
+
+@dataclass(frozen=True, slots=True)
+class VectorWrite:
+    """One embedding to store: ``key`` is the section id, memory id, or ``record_id/property``."""
+
+    org: str
+    kind: VectorKind
+    key: str
+    parent: str
+    text_hash: str
+    vector: np.ndarray
+
+
+@dataclass
+class WriteBatch:
+    """Items to upsert (each with its content hash) and vectors to store, for one or more orgs.
+
+    ``write`` applies a batch in one transaction: all of it or nothing. Upserting a document replaces
+    its sections (and drops vectors of sections it no longer has); upserting a record drops the vectors
+    of properties it no longer has.
+    """
+
+    orgs: list[Org] = field(default_factory=list)
+    callers: list[Caller] = field(default_factory=list)
+    records: list[tuple[Record, str]] = field(default_factory=list)
+    memories: list[tuple[Memory, str]] = field(default_factory=list)
+    documents: list[tuple[Document, str]] = field(default_factory=list)
+    edges: list[tuple[Edge, str]] = field(default_factory=list)
+    vectors: list[VectorWrite] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return sum(len(x) for x in (self.orgs, self.callers, self.records, self.memories, self.documents, self.edges))
+
+
+def property_key(record_id: str, name: str) -> str:
+    return f"{record_id}/{name}"
+
+
+def require_org(org: str | None, operation: str) -> str:
+    """Refuse an empty org at run time (the type checker already refuses a missing one)."""
+    if not isinstance(org, str) or not org:
+        raise OrgRequired(operation)
+    return org
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every storage backend provides. All reads take ``org``; none can be called without it."""
+
+    url: str
+
+    def close(self) -> None:
+        """Release connections and caches."""
+
+    def bind_embedder(self, model_id: str, dimensions: int) -> None:
+        """Record the embedding model on first use; raise SchemaMismatch if vectors were made by another."""
+
+    # -- writes ------------------------------------------------------------------------------------
+    def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically (see :class:`WriteBatch`)."""
+
+    def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
+        """Stored content hash of each of ``ids`` that exists in ``org``."""
+
+    def vector_hashes(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, str]:
+        """Hash of the text each stored vector of ``keys`` was computed from."""
+
+    # -- reads by id -------------------------------------------------------------------------------
+    def get_org(self, *, org: str) -> Org | None: ...
+
+    def get_caller(self, caller_id: str, *, org: str) -> Caller | None: ...
+
+    def get_records(self, ids: Sequence[str], *, org: str) -> list[Record]:
+        """Records of ``ids`` in ``org`` (missing ids are skipped), in the order asked."""
+
+    def get_memories(self, ids: Sequence[str], *, org: str) -> list[Memory]: ...
+
+    def get_documents(self, ids: Sequence[str], *, org: str) -> list[Document]:
+        """Documents with their sections in order (missing ids are skipped), in the order asked."""
+
+    # -- records -----------------------------------------------------------------------------------
+    def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:
+        """Records whose ``kind`` identifier equals the normalised ``value``."""
+
+    def records_by_domain(self, domain: str, *, org: str, limit: int) -> list[Record]:
+        """Records whose website or (non free-mail) email domain is ``domain``, by id."""
+
+    def merged_from(self, record_id: str, *, org: str) -> list[str]:
+        """Ids of records merged (directly or transitively) into ``record_id``."""
+
+    # -- recall ------------------------------------------------------------------------------------
+    def search_text(
+        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        """Full-text search; ``query`` is plain words (the store builds its own query syntax)."""
+
+    def search_vectors(
+        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        """Nearest neighbours by cosine similarity, optionally only among children of ``parents``."""
+
+    def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
+        """The ``limit`` newest memories across ``record_ids``, newest first (ties by id)."""
+
+    def edges_around(
+        self,
+        record_ids: Sequence[str],
+        *,
+        org: str,
+        max_hops: int,
+        limit: int,
+        include_inactive: bool = False,
+        include_stubs: bool = False,
+    ) -> list[EdgeHop]:
+        """Edges reachable from ``record_ids`` within ``max_hops`` (each with its smallest hop count),
+        ordered by hops, then confidence and weight descending, then id."""
+
+    def counts(self, *, org: str) -> dict[str, int]:
+        """Number of stored items per kind in ``org``."""

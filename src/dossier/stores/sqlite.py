@@ -1,0 +1,485 @@
+"""The embedded store: one SQLite file (WAL), FTS5 for full text, numpy / usearch for vectors."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
+from ..errors import SchemaMismatch, StoreError, StoreUnavailable
+from ..identifiers import IdentifierKind, email_domain
+from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org
+from .fulltext import fts5_query
+from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+from .vector_index import VectorIndex, exact_search
+
+_TABLES: dict[str, str] = {
+    "org": "orgs", "caller": "callers", "record": "records",
+    "memory": "memories", "document": "documents", "edge": "edges",
+}  # fmt: skip
+
+
+class SQLiteStore:
+    """A :class:`~dossier.stores.base.Store` in one SQLite file."""
+
+    def __init__(self, path: str | Path, *, hnsw_min_rows: int = 200_000) -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        self.hnsw_min_rows = hnsw_min_rows
+        self._lock = threading.RLock()
+        self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.execute("PRAGMA busy_timeout = 30000")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            self._indexes.clear()
+            self._db.close()
+
+    def _migrate(self) -> None:
+        with self._transaction() as db:
+            has_meta = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
+            version = 0
+            if has_meta:
+                row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise SchemaMismatch(
+                    f"{self.path} has schema version {version}; this dossier knows up to {SCHEMA_VERSION}: upgrade dossier"
+                )
+            for script in MIGRATIONS[version:]:
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            else:
+                self._db.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"SQLite query failed: {exc}") from exc
+
+    def bind_embedder(self, model_id: str, dimensions: int) -> None:
+        wanted = f"{model_id}:{dimensions}"
+        with self._transaction() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta VALUES ('embedder', ?)", (wanted,))
+            elif row[0] != wanted:
+                raise SchemaMismatch(
+                    f"{self.path} holds vectors of {row[0]}, not {wanted}: open it with the same embedder"
+                )
+
+    # -- writes ------------------------------------------------------------------------------------
+    def write(self, batch: WriteBatch) -> None:
+        touched: set[str] = set()
+        try:
+            with self._transaction() as db:
+                for org in batch.orgs:
+                    db.execute(
+                        "INSERT INTO orgs (id, name, hash) VALUES (?, ?, ?) "
+                        "ON CONFLICT (id) DO UPDATE SET name = excluded.name, hash = excluded.hash",
+                        (require_org(org.id, "write"), org.name, _hash_of(org)),
+                    )
+                    touched.add(org.id)
+                for caller in batch.callers:
+                    db.execute(
+                        "INSERT OR REPLACE INTO callers VALUES (?, ?, ?, ?)",
+                        (require_org(caller.org, "write"), caller.id, json.dumps(list(caller.roles)), _hash_of(caller)),
+                    )
+                for record, digest in batch.records:
+                    self._write_record(db, record, digest)
+                    touched.add(record.org)
+                for memory, digest in batch.memories:
+                    self._write_memory(db, memory, digest)
+                    touched.add(memory.org)
+                for document, digest in batch.documents:
+                    self._write_document(db, document, digest)
+                    touched.add(document.org)
+                for edge, digest in batch.edges:
+                    e = edge
+                    db.execute(
+                        "INSERT OR REPLACE INTO edges VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (require_org(e.org, "write"), e.id, e.src, e.dst, e.type, int(e.active), e.confidence,
+                         e.weight, int(e.dst_is_stub), digest),
+                    )  # fmt: skip
+                    touched.add(e.org)
+                for v in batch.vectors:
+                    blob = np.asarray(v.vector, dtype=np.float32).tobytes()
+                    db.execute(
+                        "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?, ?)",
+                        (require_org(v.org, "write"), v.kind, v.key, v.parent, v.text_hash, blob),
+                    )
+                for org_id in touched:
+                    db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org_id,))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"SQLite write failed (nothing was written): {exc}") from exc
+
+    def _write_record(self, db: sqlite3.Connection, r: Record, digest: str) -> None:
+        ids = r.identifiers
+        domain = ids.website or (email_domain(ids.email) if ids.email else None)
+        db.execute(
+            "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (require_org(r.org, "write"), r.id, r.kind, ids.email, ids.phone, ids.website, ids.profile_url, domain,
+             json.dumps(r.properties), r.merged_into, int(r.pending_deletion), digest),
+        )  # fmt: skip
+        keep = [property_key(r.id, name) for name in r.properties]
+        db.execute(
+            f"DELETE FROM vectors WHERE org = ? AND kind = 'property' AND parent = ? "
+            f"AND key NOT IN ({','.join('?' * len(keep))})",
+            (r.org, r.id, *keep),
+        )
+
+    def _write_memory(self, db: sqlite3.Connection, m: Memory, digest: str) -> None:
+        org = require_org(m.org, "write")
+        old = db.execute("SELECT rowid FROM memories WHERE org = ? AND id = ?", (org, m.id)).fetchone()
+        if old:
+            db.execute("DELETE FROM memories_fts WHERE rowid = ?", old)
+            db.execute("DELETE FROM memories WHERE rowid = ?", old)
+        cur = db.execute(
+            "INSERT INTO memories (org, id, record, text, created_at, hash) VALUES (?, ?, ?, ?, ?, ?)",
+            (org, m.id, m.record, m.text, _iso(m.created_at), digest),
+        )
+        db.execute("INSERT INTO memories_fts (rowid, org, text) VALUES (?, ?, ?)", (cur.lastrowid, org, m.text))
+
+    def _write_document(self, db: sqlite3.Connection, d: Document, digest: str) -> None:
+        org = require_org(d.org, "write")
+        roles = None if d.visible_to_roles is None else json.dumps(list(d.visible_to_roles))
+        db.execute(
+            "INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (org, d.id, d.title, d.doc_type, json.dumps(list(d.tags)), roles, d.attached_record, int(d.is_system),
+             digest),
+        )  # fmt: skip
+        old = db.execute("SELECT rowid, id FROM sections WHERE org = ? AND document = ?", (org, d.id)).fetchall()
+        for rowid, _ in old:
+            db.execute("DELETE FROM sections_fts WHERE rowid = ?", (rowid,))
+        db.execute("DELETE FROM sections WHERE org = ? AND document = ?", (org, d.id))
+        new_ids = {s.id for s in d.sections}
+        for _, section_id in old:
+            if section_id not in new_ids:
+                db.execute("DELETE FROM vectors WHERE org = ? AND kind = 'section' AND key = ?", (org, section_id))
+        for position, s in enumerate(d.sections):
+            cur = db.execute(
+                "INSERT INTO sections (org, id, document, position, heading, text) VALUES (?, ?, ?, ?, ?, ?)",
+                (org, s.id, d.id, position, s.heading, s.text),
+            )
+            db.execute(
+                "INSERT INTO sections_fts (rowid, org, title, heading, text) VALUES (?, ?, ?, ?, ?)",
+                (cur.lastrowid, org, d.title, s.heading, s.text),
+            )
+
+    def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
+        require_org(org, "content_hashes")
+        table = _TABLES[kind]
+        scope = "id = ?" if kind == "org" else "org = ?"  # an org row is its own scope
+        out: dict[str, str] = {}
+        for chunk in _chunks(list(ids)):
+            sql = f"SELECT id, hash FROM {table} WHERE {scope} AND id IN ({','.join('?' * len(chunk))})"
+            out.update(dict(self._query(sql, [org, *chunk])))
+        return out
+
+    def vector_hashes(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, str]:
+        require_org(org, "vector_hashes")
+        out: dict[str, str] = {}
+        for chunk in _chunks(list(keys)):
+            sql = f"SELECT key, text_hash FROM vectors WHERE org = ? AND kind = ? AND key IN ({','.join('?' * len(chunk))})"
+            out.update(dict(self._query(sql, [org, kind, *chunk])))
+        return out
+
+    # -- reads by id -------------------------------------------------------------------------------
+    def get_org(self, *, org: str) -> Org | None:
+        require_org(org, "get_org")
+        rows = self._query("SELECT id, name FROM orgs WHERE id = ?", (org,))
+        return Org(id=rows[0][0], name=rows[0][1]) if rows else None
+
+    def get_caller(self, caller_id: str, *, org: str) -> Caller | None:
+        require_org(org, "get_caller")
+        rows = self._query("SELECT id, org, roles FROM callers WHERE org = ? AND id = ?", (org, caller_id))
+        return Caller(id=rows[0][0], org=rows[0][1], roles=tuple(json.loads(rows[0][2]))) if rows else None
+
+    def get_records(self, ids: Sequence[str], *, org: str) -> list[Record]:
+        require_org(org, "get_records")
+        return _in_order(ids, self._select_records("id IN ({})", ids, org))
+
+    def _select_records(self, where: str, values: Sequence[Any], org: str, tail: str = "") -> list[Record]:
+        out: list[Record] = []
+        for chunk in _chunks(list(values)):
+            sql = (
+                "SELECT org, id, kind, email, phone, website, profile_url, properties, merged_into, pending_deletion "
+                f"FROM records WHERE org = ? AND {where.format(','.join('?' * len(chunk)))} {tail}"
+            )
+            out.extend(_record(row) for row in self._query(sql, [org, *chunk]))
+        return out
+
+    def get_memories(self, ids: Sequence[str], *, org: str) -> list[Memory]:
+        require_org(org, "get_memories")
+        out: list[Memory] = []
+        for chunk in _chunks(list(ids)):
+            sql = f"SELECT org, id, record, text, created_at FROM memories WHERE org = ? AND id IN ({','.join('?' * len(chunk))})"
+            out.extend(_memory(row) for row in self._query(sql, [org, *chunk]))
+        return _in_order(ids, out)
+
+    def get_documents(self, ids: Sequence[str], *, org: str) -> list[Document]:
+        require_org(org, "get_documents")
+        out: list[Document] = []
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            marks = ",".join("?" * len(chunk))
+            sections: dict[str, list[Section]] = {}
+            for doc_id, sid, heading, text in self._query(
+                f"SELECT document, id, heading, text FROM sections WHERE org = ? AND document IN ({marks}) "
+                "ORDER BY document, position",
+                [org, *chunk],
+            ):
+                sections.setdefault(doc_id, []).append(Section(id=sid, heading=heading, text=text))
+            for row in self._query(
+                "SELECT org, id, title, doc_type, tags, visible_to_roles, attached_record, is_system "
+                f"FROM documents WHERE org = ? AND id IN ({marks})",
+                [org, *chunk],
+            ):
+                roles = None if row[5] is None else tuple(json.loads(row[5]))
+                out.append(
+                    Document(
+                        org=row[0], id=row[1], title=row[2], doc_type=row[3], tags=tuple(json.loads(row[4])),
+                        visible_to_roles=roles, attached_record=row[6], is_system=bool(row[7]),
+                        sections=tuple(sections.get(row[1], ())) or (Section(id=f"{row[1]}-empty"),),
+                    )
+                )  # fmt: skip
+        return _in_order(ids, out)
+
+    # -- records -----------------------------------------------------------------------------------
+    def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:
+        require_org(org, "find_records")
+        if kind not in ("email", "phone", "website", "profile_url"):
+            raise ValueError(f"unknown identifier kind {kind!r}")
+        return self._select_records(f"{kind} IN ({{}})", [value], org, "ORDER BY id")
+
+    def records_by_domain(self, domain: str, *, org: str, limit: int) -> list[Record]:
+        require_org(org, "records_by_domain")
+        return self._select_records("domain IN ({})", [domain], org, f"ORDER BY id LIMIT {int(limit)}")
+
+    def merged_from(self, record_id: str, *, org: str) -> list[str]:
+        require_org(org, "merged_from")
+        found: list[str] = []
+        frontier = [record_id]
+        while frontier:
+            rows = self._select_records("merged_into IN ({})", frontier, org)
+            frontier = [r.id for r in rows if r.id not in found and r.id != record_id]
+            found.extend(frontier)
+        return sorted(found)
+
+    # -- recall ------------------------------------------------------------------------------------
+    def search_text(
+        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        require_org(org, "search_text")
+        match = fts5_query(query)
+        if match is None or limit <= 0 or (parents is not None and not parents):
+            return []
+        if kind == "section":
+            sql = (
+                "SELECT s.id, s.document, bm25(sections_fts, 0.0, 2.0, 2.0, 1.0) AS rank "
+                "FROM sections_fts JOIN sections s ON s.rowid = sections_fts.rowid "
+                "WHERE sections_fts MATCH ? AND sections_fts.org = ? AND s.org = ?"
+            )
+            column = "s.document"
+        elif kind == "memory":
+            sql = (
+                "SELECT m.id, m.record, bm25(memories_fts) AS rank "
+                "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+                "WHERE memories_fts MATCH ? AND memories_fts.org = ? AND m.org = ?"
+            )
+            column = "m.record"
+        else:
+            raise ValueError(f"no full-text search over {kind!r}")
+        params: list[Any] = [match, org, org]
+        if parents is not None:
+            sql += f" AND {column} IN ({','.join('?' * len(parents))})"
+            params.extend(parents)
+        sql += " ORDER BY rank, 1 LIMIT ?"
+        params.append(int(limit))
+        return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in self._query(sql, params)]
+
+    def search_vectors(
+        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        require_org(org, "search_vectors")
+        if parents is not None:
+            keys, owners, matrix = self._vectors_of(kind, org, parents)
+            found = exact_search(keys, owners, matrix, vector, limit)
+        else:
+            found = self._index(kind, org).search(vector, limit)
+        return [Hit(id=k, parent=p, score=s) for k, p, s in found]
+
+    def _vectors_of(self, kind: str, org: str, parents: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows: list[tuple] = []
+        for chunk in _chunks(list(parents)):
+            rows.extend(
+                self._query(
+                    f"SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ? "
+                    f"AND parent IN ({','.join('?' * len(chunk))})",
+                    [org, kind, *chunk],
+                )
+            )
+        return _matrix(rows)
+
+    def _index(self, kind: str, org: str) -> VectorIndex:
+        with self._lock:
+            rows = self._query("SELECT generation FROM orgs WHERE id = ?", (org,))
+            generation = rows[0][0] if rows else -1
+            index = self._indexes.get((org, kind))
+            if index is None or index.generation != generation:
+                keys, parents, matrix = _matrix(
+                    self._query("SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ?", (org, kind))
+                )
+                index = VectorIndex(keys, parents, matrix, generation, self.hnsw_min_rows)
+                self._indexes[(org, kind)] = index
+            return index
+
+    def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
+        require_org(org, "recent_memories")
+        if not record_ids or limit <= 0:
+            return []
+        marks = ",".join("?" * len(record_ids))
+        rows = self._query(
+            f"SELECT org, id, record, text, created_at FROM memories WHERE org = ? AND record IN ({marks}) "
+            "ORDER BY created_at DESC, id LIMIT ?",
+            [org, *record_ids, int(limit)],
+        )
+        return [_memory(row) for row in rows]
+
+    def edges_around(
+        self,
+        record_ids: Sequence[str],
+        *,
+        org: str,
+        max_hops: int,
+        limit: int,
+        include_inactive: bool = False,
+        include_stubs: bool = False,
+    ) -> list[EdgeHop]:
+        require_org(org, "edges_around")
+        seen: dict[str, EdgeHop] = {}
+        visited = set(record_ids)
+        frontier = list(record_ids)
+        for hop in range(1, max_hops + 1):
+            if not frontier:
+                break
+            next_frontier: list[str] = []
+            for chunk in _chunks(frontier):
+                marks = ",".join("?" * len(chunk))
+                sql = (
+                    "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub "
+                    "FROM edges e "
+                    "JOIN records s ON s.org = e.org AND s.id = e.src AND s.pending_deletion = 0 "
+                    "JOIN records d ON d.org = e.org AND d.id = e.dst AND d.pending_deletion = 0 "
+                    f"WHERE e.org = ? AND (e.src IN ({marks}) OR e.dst IN ({marks}))"
+                )
+                if not include_inactive:
+                    sql += " AND e.active = 1"
+                if not include_stubs:
+                    sql += " AND e.dst_is_stub = 0"
+                for row in self._query(sql, [org, *chunk, *chunk]):
+                    edge = _edge(row)
+                    if edge.id in seen:
+                        continue
+                    seen[edge.id] = EdgeHop(edge, hop)
+                    for end in (edge.src, edge.dst):
+                        if end not in visited:
+                            visited.add(end)
+                            next_frontier.append(end)
+            frontier = next_frontier
+        ordered = sorted(seen.values(), key=lambda h: (-h.edge.confidence, -h.edge.weight, h.hops, h.edge.id))
+        return ordered[:limit]
+
+    def counts(self, *, org: str) -> dict[str, int]:
+        require_org(org, "counts")
+        out = {}
+        for name, table in (("callers", "callers"), ("records", "records"), ("memories", "memories"),
+                            ("documents", "documents"), ("sections", "sections"), ("edges", "edges")):  # fmt: skip
+            out[name] = self._query(f"SELECT count(*) FROM {table} WHERE org = ?", (org,))[0][0]
+        out["vectors"] = self._query("SELECT count(*) FROM vectors WHERE org = ?", (org,))[0][0]
+        return out
+
+    def org_ids(self) -> list[str]:
+        """Every org in the store (an administrative read, used by the CLI's summary)."""
+        return [r[0] for r in self._query("SELECT id FROM orgs ORDER BY id")]
+
+
+def _chunks(values: list, size: int = 500) -> Iterator[list]:
+    for i in range(0, len(values), size):
+        yield values[i : i + size]
+
+
+def _in_order(ids: Sequence[str], items: list) -> list:
+    by_id = {item.id: item for item in items}
+    return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+
+def _matrix(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keys = np.array([r[0] for r in rows], dtype=object)
+    parents = np.array([r[1] for r in rows], dtype=object)
+    if not rows:
+        return keys, parents, np.zeros((0, 1), dtype=np.float32)
+    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return keys, parents, matrix
+
+
+def _hash_of(item: Any) -> str:
+    from ..loading import content_hash
+
+    return content_hash(item)
+
+
+def _iso(value: Any) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _record(row: tuple) -> Record:
+    identifiers = Identifiers.model_construct(email=row[3], phone=row[4], website=row[5], profile_url=row[6])
+    return Record.model_construct(
+        org=row[0], id=row[1], kind=row[2], identifiers=identifiers, properties=json.loads(row[7]),
+        merged_into=row[8], pending_deletion=bool(row[9]),
+    )  # fmt: skip
+
+
+def _memory(row: tuple) -> Memory:
+    from datetime import datetime
+
+    return Memory.model_construct(
+        org=row[0], id=row[1], record=row[2], text=row[3], created_at=datetime.fromisoformat(row[4])
+    )
+
+
+def _edge(row: tuple) -> Edge:
+    return Edge.model_construct(
+        org=row[0], id=row[1], src=row[2], dst=row[3], type=row[4], active=bool(row[5]), confidence=row[6],
+        weight=row[7], dst_is_stub=bool(row[8]),
+    )  # fmt: skip
