@@ -25,6 +25,7 @@ from .errors import (
     UsageError,
 )
 from .loading import LoadReport
+from .schema import RetrieveRequest, RetrieveResponse
 from .settings import Settings, Thresholds
 
 __version__ = "0.1.0"
@@ -50,6 +51,8 @@ __all__ = [
     "ProviderError",
     "ProviderTimeout",
     "Record",
+    "RetrieveRequest",
+    "RetrieveResponse",
     "SchemaMismatch",
     "Section",
     "Settings",

@@ -1,4 +1,4 @@
-"""The Engine: one store, one embedder, one settings object; loading and (soon) retrieving."""
+"""The Engine: one store, one embedder, one settings object, the pluggable steps; load and retrieve."""
 
 from __future__ import annotations
 
@@ -7,9 +7,18 @@ from typing import Any, Iterable, Mapping
 
 from .bundle import Bundle, Document
 from .errors import UsageError
+from .layers.sections import HeuristicSelector, Selector
+from .layers.understand import Augmenter, FilterInferrer, NoAugmenter, RuleFilterInferrer
 from .loading import LoadReport, Progress, document_from_markdown, load_bundle
 from .providers.embeddings import CachedQueries, Embedder, embedder_from_spec
+from .retrieve import retrieve
+from .schema import RetrieveRequest, RetrieveResponse
 from .settings import Settings
+from .sources.documents import DocumentsSource, rrf
+from .sources.external import ExternalAdapter, ExternalSource
+from .sources.graph import GraphSource
+from .sources.memories import MemoriesSource
+from .sources.properties import PropertiesSource
 from .stores import store_from_url
 from .stores.base import Store
 
@@ -23,6 +32,15 @@ class Engine:
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
         self._settings = settings
         self._queries: CachedQueries | None = None
+        # The pluggable steps; model-backed variants replace these without changing the pipeline.
+        self.selector: Selector = HeuristicSelector()
+        self.filter_inferrer: FilterInferrer = RuleFilterInferrer()
+        self.augmenter: Augmenter = NoAugmenter()
+        self.fuse = rrf
+        self.llm: object | None = None
+        self.external: dict[str, ExternalAdapter] = {}
+        self.sources = (PropertiesSource(), MemoriesSource(), DocumentsSource(), GraphSource(), ExternalSource(self.external))
+        self.org_settings: dict[str, Settings] = {}
 
     @property
     def embedder(self) -> Embedder:
@@ -39,6 +57,19 @@ class Engine:
         if self._settings is None:
             self._settings = Settings.for_model(self.embedder.model_id)
         return self._settings
+
+    def settings_for(self, org: str) -> Settings:
+        """The settings of ``org`` (its own, when calibrated or set, else the engine's)."""
+        return self.org_settings.get(org) or self.settings
+
+    def register_external(self, adapter: ExternalAdapter) -> None:
+        """Make an external source available to calls that ask for ``sources.external``."""
+        self.external[adapter.name] = adapter
+
+    # -- retrieving --------------------------------------------------------------------------------
+    def retrieve(self, request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str) -> RetrieveResponse:
+        """One call about one record: the layers of DESIGN.md section 2 in order (see dossier.retrieve)."""
+        return retrieve(self, request, org=org, caller=caller)
 
     def embed_query(self, text: str):  # type: ignore[no-untyped-def]
         self.embedder  # noqa: B018 - binds the store on first use

@@ -294,6 +294,7 @@ def document_from_markdown(
             chunks[-1][1].append(line)
     sections: list[Section] = []
     used: dict[str, int] = {}
+    taken: set[str] = set()
     for heading, body in chunks:
         body_text = "\n".join(body).strip()
         if not body_text and not heading:
@@ -301,6 +302,10 @@ def document_from_markdown(
         base = f"{doc_id}--{slug(heading or 'introduction')}"
         used[base] = used.get(base, 0) + 1
         section_id = base if used[base] == 1 else f"{base}-{used[base]}"
+        while section_id in taken:  # "FAQ", "FAQ", "FAQ 2" must not give "faq-2" twice
+            used[base] += 1
+            section_id = f"{base}-{used[base]}"
+        taken.add(section_id)
         sections.append(Section(id=section_id, heading=heading or "Introduction", text=body_text))
     if not sections:
         raise UsageError("the markdown file has no text")

@@ -62,6 +62,7 @@ class Settings:
     recent_memories: int = 25
     semantic_memories: int = 10
     semantic_memories_enabled: bool = True
+    semantic_memory_orgs: frozenset[str] | None = None  # allowlist of orgs for tier 2; None = every org
     discovered_records: int = 10
     document_candidates: int = 30  # per retriever, before fusion
     rrf_k: int = 60

@@ -10,9 +10,9 @@ Kinds of searchable things:
 * ``memory``   -- a memory; full text over its text; vector per memory.
 * ``property`` -- one property value of one record; vector only (``name: value``).
 
-A :class:`Hit` names what matched: its ``id`` (section id, memory id, or property name), its ``parent``
-(document id, record id, record id) and a ``score`` where higher is better (cosine similarity for
-vectors, negated BM25 for full text).
+A :class:`Hit` names what matched: its ``id`` (section id, memory id, or property key ``record_id/name``
+from :func:`property_key`), its ``parent`` (document id, record id, record id) and a ``score`` where
+higher is better (cosine similarity for vectors, negated BM25 for full text).
 """
 
 from __future__ import annotations
@@ -123,6 +123,11 @@ class Store(Protocol):
 
     def get_documents(self, ids: Sequence[str], *, org: str) -> list[Document]:
         """Documents with their sections in order (missing ids are skipped), in the order asked."""
+
+    def find_documents(
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int
+    ) -> list[Document]:
+        """Documents of any of ``doc_types`` (if given) carrying any of ``tags`` (if given), by id."""
 
     # -- records -----------------------------------------------------------------------------------
     def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
-from ..identifiers import IdentifierKind, email_domain
+from ..identifiers import IdentifierKind, email_domain, normalize
 from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org
 from .fulltext import fts5_query
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
@@ -138,6 +138,7 @@ class SQLiteStore:
                         "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?, ?)",
                         (require_org(v.org, "write"), v.kind, v.key, v.parent, v.text_hash, blob),
                     )
+                    touched.add(v.org)
                 for org_id in touched:
                     db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org_id,))
         except sqlite3.DatabaseError as exc:
@@ -151,7 +152,7 @@ class SQLiteStore:
             (require_org(r.org, "write"), r.id, r.kind, ids.email, ids.phone, ids.website, ids.profile_url, domain,
              json.dumps(r.properties), r.merged_into, int(r.pending_deletion), digest),
         )  # fmt: skip
-        keep = [property_key(r.id, name) for name in r.properties]
+        keep = [property_key(r.id, name) for name, value in r.properties.items() if value is not None and value != ""]
         db.execute(
             f"DELETE FROM vectors WHERE org = ? AND kind = 'property' AND parent = ? "
             f"AND key NOT IN ({','.join('?' * len(keep))})",
@@ -169,6 +170,7 @@ class SQLiteStore:
             (org, m.id, m.record, m.text, _iso(m.created_at), digest),
         )
         db.execute("INSERT INTO memories_fts (rowid, org, text) VALUES (?, ?, ?)", (cur.lastrowid, org, m.text))
+        db.execute("UPDATE vectors SET parent = ? WHERE org = ? AND kind = 'memory' AND key = ?", (m.record, org, m.id))
 
     def _write_document(self, db: sqlite3.Connection, d: Document, digest: str) -> None:
         org = require_org(d.org, "write")
@@ -274,11 +276,29 @@ class SQLiteStore:
                 )  # fmt: skip
         return _in_order(ids, out)
 
+    def find_documents(
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int
+    ) -> list[Document]:
+        require_org(org, "find_documents")
+        sql, params = "SELECT id FROM documents WHERE org = ?", [org]
+        if doc_types:
+            sql += f" AND doc_type IN ({','.join('?' * len(doc_types))})"
+            params.extend(doc_types)
+        if tags:
+            sql += f" AND EXISTS (SELECT 1 FROM json_each(documents.tags) WHERE value IN ({','.join('?' * len(tags))}))"
+            params.extend(tags)
+        ids = [r[0] for r in self._query(sql + " ORDER BY id LIMIT ?", [*params, int(limit)])]
+        return self.get_documents(ids, org=org)
+
     # -- records -----------------------------------------------------------------------------------
     def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:
         require_org(org, "find_records")
         if kind not in ("email", "phone", "website", "profile_url"):
             raise ValueError(f"unknown identifier kind {kind!r}")
+        try:
+            value = normalize(kind, value)
+        except ValueError:
+            return []  # not an identifier of this kind, so no record has it
         return self._select_records(f"{kind} IN ({{}})", [value], org, "ORDER BY id")
 
     def records_by_domain(self, domain: str, *, org: str, limit: int) -> list[Record]:
@@ -355,7 +375,7 @@ class SQLiteStore:
             rows = self._query("SELECT generation FROM orgs WHERE id = ?", (org,))
             generation = rows[0][0] if rows else -1
             index = self._indexes.get((org, kind))
-            if index is None or index.generation != generation:
+            if index is None or index.generation != generation or generation < 0:
                 keys, parents, matrix = _matrix(
                     self._query("SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ?", (org, kind))
                 )
@@ -416,7 +436,7 @@ class SQLiteStore:
                             visited.add(end)
                             next_frontier.append(end)
             frontier = next_frontier
-        ordered = sorted(seen.values(), key=lambda h: (-h.edge.confidence, -h.edge.weight, h.hops, h.edge.id))
+        ordered = sorted(seen.values(), key=lambda h: (h.hops, -h.edge.confidence, -h.edge.weight, h.edge.id))
         return ordered[:limit]
 
     def counts(self, *, org: str) -> dict[str, int]:

@@ -1,0 +1,111 @@
+"""Layer 7, budget: one byte budget, shared by the sources, feeding the caller and any model alike.
+
+Sizes are UTF-8 bytes of each item's packed line (:func:`packed_text`), a tokenizer-free upper bound.
+Shares of sources with nothing to pack go to the others; after the first pass, bytes a source left
+unused go to sources that still had items waiting. An item that would overflow is cut (and marked
+``truncated``) only when a useful part fits; otherwise it is dropped and counted, never lost silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schema import SOURCE_NAMES, EdgeItem, Route, ExternalItem, MemoryItem, PropertyItem, SectionItem, SourceName, item_key
+from .context import Call
+
+MIN_CUT_BYTES = 160  # below this, a cut item says too little to be worth its bytes
+ELLIPSIS = " …"
+
+
+def packed_text(item: Any) -> str:
+    """The line an item contributes to the packed context."""
+    if isinstance(item, MemoryItem):
+        return f"{item.created_at:%Y-%m-%d} {item.text}"
+    if isinstance(item, PropertyItem):
+        return f"{item.record_id}.{item.name}: {item.value}"
+    if isinstance(item, SectionItem):
+        return f"{item.title} > {item.heading}\n{item.text}"
+    if isinstance(item, EdgeItem):
+        return f"{item.src} -[{item.type}]-> {item.dst} (confidence {item.confidence:g}, {item.hops} hop{'s' * (item.hops > 1)})"
+    if isinstance(item, ExternalItem):
+        return f"{item.source}: {item.text}"
+    raise TypeError(f"cannot pack {type(item).__name__}")
+
+
+def size(item: Any) -> int:
+    return len(packed_text(item).encode("utf-8"))
+
+
+def _cut(item: Any, room: int) -> Any | None:
+    """A copy of ``item`` whose text is shortened so that it packs into ``room`` bytes, or None."""
+    if not hasattr(item, "text") or room < MIN_CUT_BYTES:
+        return None
+    empty = item.model_copy(update={"text": ""})
+    keep = room - size(empty) - len(ELLIPSIS.encode())
+    if keep <= 0:
+        return None
+    text = item.text.encode("utf-8")[:keep].decode("utf-8", "ignore").rstrip()
+    return item.model_copy(update={"text": text + ELLIPSIS, "truncated": True})
+
+
+def shares(call: Call, active: list[SourceName]) -> dict[SourceName, int]:
+    """Bytes per active source: requested (or default) shares, renormalised over active sources."""
+    total = call.request.budget.totalTokens
+    weights = call.settings.shares.as_dict()
+    if call.request.budget.shares:
+        weights.update(call.request.budget.shares)
+    mass = sum(weights[s] for s in active)
+    if mass <= 0:
+        return {s: total // max(len(active), 1) for s in active}
+    return {s: int(total * weights[s] / mass) for s in active}
+
+
+def pack(call: Call) -> None:
+    total = call.request.budget.totalTokens
+    active = [s for s in SOURCE_NAMES if call.candidates[s]]
+    allowance = shares(call, active)
+    call.route["budget"] = Route(ran=True, detail={"shares": dict(allowance)})
+    packed: dict[SourceName, list[Any]] = {s: [] for s in SOURCE_NAMES}
+    used: dict[SourceName, int] = {s: 0 for s in SOURCE_NAMES}
+    waiting: dict[SourceName, list[Any]] = {}
+    for source in active:
+        waiting[source] = _fill(call.candidates[source], allowance[source], packed[source], used, source)
+    spare = total - sum(used.values())
+    for source in sorted(waiting, key=lambda s: -allowance[s]):  # leftovers go to who still waits
+        if spare <= 0 or not waiting[source]:
+            continue
+        before = used[source]
+        waiting[source] = _fill(waiting[source], spare, packed[source], used, source, offset=before)
+        spare -= used[source] - before
+    for source in SOURCE_NAMES:
+        result = call.results[source]
+        result.items = packed[source]
+        result.bytes_used = used[source]
+        result.dropped = len(waiting.get(source, []))
+        for item in waiting.get(source, []):
+            call.note(source, item_key(item), "budget", "dropped", "over_budget", getattr(item, "score", None))
+        for item in packed[source]:
+            call.note(source, item_key(item), "budget", "kept", "truncated" if getattr(item, "truncated", False) else None)
+    call.shares = dict(allowance)
+
+
+def _fill(items: list[Any], room: int, out: list[Any], used: dict[SourceName, int], source: SourceName,
+          offset: int = 0) -> list[Any]:  # fmt: skip
+    """Pack ``items`` into ``room`` bytes (beyond ``offset`` already used); return what did not fit."""
+    left: list[Any] = []
+    spent = 0
+    for item in items:
+        need = size(item)
+        if spent + need <= room:
+            out.append(item)
+            spent += need
+            continue
+        cut = _cut(item, room - spent)
+        if cut is not None:
+            out.append(cut)
+            spent += size(cut)
+        else:
+            left.append(item)
+    used[source] = offset + spent
+    return left
+

@@ -1,0 +1,142 @@
+"""The one context object that flows through the layers of a retrieve call."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ..bundle import Caller, Document, Record
+from ..schema import (
+    SOURCE_NAMES,
+    Depth,
+    Filters,
+    Mode,
+    RetrieveRequest,
+    RetrieveResponse,
+    Route,
+    SourceName,
+    SourceResult,
+    TraceEntry,
+)
+from ..settings import Settings
+from ..stores.base import Store
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+
+@dataclass
+class Plan:
+    mode: Mode
+    sources: dict[SourceName, bool]
+    requested_depth: Depth
+    effective_depth: Depth
+    depth_fallback: str | None = None
+
+
+@dataclass
+class Resolution:
+    record: Record | None = None
+    tombstone: bool = False
+    aliases: list[Record] = field(default_factory=list)
+    merged_from: list[str] = field(default_factory=list)
+    not_found: bool = False
+
+    @property
+    def record_ids(self) -> list[str]:
+        """The record, its merged-away records and its aliases: whose memories count."""
+        if self.record is None or self.tombstone:
+            return []
+        return [self.record.id, *self.merged_from, *(a.id for a in self.aliases)]
+
+
+@dataclass
+class Understanding:
+    intent: str = "general"
+    filters: Filters | None = None
+    filters_source: str = "none"  # caller | inferred | none
+    inferred: dict[str, Any] = field(default_factory=dict)
+    document_query: str = ""
+    rephrasings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SectionCandidate:
+    section_id: str
+    document_id: str
+    score: float  # cosine similarity to the question (0 when unknown)
+    fused: float = 0.0
+    vector_rank: int | None = None
+    text_rank: int | None = None
+
+    @property
+    def lexical_only(self) -> bool:
+        return self.vector_rank is None and self.text_rank is not None
+
+
+@dataclass
+class Call:
+    """Everything one retrieve call knows; each layer reads what earlier layers wrote."""
+
+    engine: "Engine"
+    request: RetrieveRequest
+    org: str
+    caller: Caller
+    settings: Settings
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    plan: Plan | None = None
+    resolution: Resolution = field(default_factory=Resolution)
+    understanding: Understanding = field(default_factory=Understanding)
+    # per source: candidate items before packing (pydantic item models), results, routes
+    candidates: dict[SourceName, list[Any]] = field(default_factory=lambda: {s: [] for s in SOURCE_NAMES})
+    results: dict[SourceName, SourceResult] = field(default_factory=lambda: {s: SourceResult() for s in SOURCE_NAMES})
+    route: dict[str, Route] = field(default_factory=dict)
+    sections: list[SectionCandidate] = field(default_factory=list)
+    documents: dict[str, Document] = field(default_factory=dict)
+    trace: list[TraceEntry] = field(default_factory=list)
+    shares: dict[str, int] = field(default_factory=dict)
+    degraded: bool = False
+    response: RetrieveResponse | None = None
+    _query_vector: np.ndarray | None = None
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    @property
+    def message(self) -> str:
+        return (self.request.message or "").strip()
+
+    def query_vector(self) -> np.ndarray:
+        if self._query_vector is None:
+            self._query_vector = self.engine.embed_query(self.message)
+        return self._query_vector
+
+    def enabled(self, source: SourceName) -> bool:
+        return bool(self.plan and self.plan.sources.get(source))
+
+    def note(self, source: SourceName, item_id: str, layer: str, decision: str, reason: str | None = None,
+             score: float | None = None) -> None:  # fmt: skip
+        self.trace.append(
+            TraceEntry(source=source, id=item_id, layer=layer, decision=decision, reason=reason, score=score)  # type: ignore[arg-type]
+        )
+
+    def fail(self, source: SourceName, error: BaseException | str, *, keep_items: bool = False) -> None:
+        """Record that ``source`` failed (or degraded, with ``keep_items``) and mark the call partial."""
+        result = self.results[source]
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        result.error = text if result.error is None else f"{result.error}; {text}"
+        if not keep_items:
+            result.status = "error"
+        self.degraded = True
+
+    def guarded(self, source: SourceName, step: Callable[[], Any], *, what: str) -> Any:
+        """Run ``step``; on failure record the error against ``source`` and return None."""
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - every source failure is reported, never raised
+            self.fail(source, f"{what} failed: {type(exc).__name__}: {exc}", keep_items=True)
+            return None

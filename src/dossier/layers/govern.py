@@ -1,0 +1,92 @@
+"""Layer 6, govern: remove what this caller may not see, re-checked against fresh rows, fail closed.
+
+Runs after recall and before section selection, so that nothing the caller cannot see is ever
+selected, packed, or handed to a model. Every store read is already scoped to the org; this layer is
+the second line: it re-reads each candidate's owner and drops it when the check cannot decide.
+"""
+
+from __future__ import annotations
+
+from ..bundle import Document
+from ..schema import SourceName, item_key
+from .context import Call
+
+
+def document_verdict(call: Call, document: Document | None) -> str | None:
+    """Why ``document`` must not be returned to this caller, or None when it may be."""
+    if document is None:
+        return "not_found"
+    if document.org != call.org:
+        return "other_org"
+    if document.is_system:
+        return "system_document"
+    roles = document.visible_to_roles
+    if roles is not None and not set(roles) & set(call.caller.roles):
+        return "not_visible"
+    if document.attached_record is not None and document.attached_record not in call.resolution.record_ids:
+        return "attached_to_other_record"
+    return None
+
+
+def govern(call: Call) -> None:
+    _govern_documents(call)
+    _govern_memories(call)
+    _govern_records(call, "properties", lambda item: [item.record_id])
+    _govern_records(call, "graph", lambda item: [item.src, item.dst])
+
+
+def _govern_documents(call: Call) -> None:
+    if not call.sections:
+        return
+    ids = sorted({c.document_id for c in call.sections})
+    try:
+        fresh = {d.id: d for d in call.store.get_documents(ids, org=call.org)}
+    except Exception as exc:  # noqa: BLE001 - cannot decide: drop everything (fail closed)
+        for c in call.sections:
+            call.note("documents", c.section_id, "govern", "dropped", "visibility_check_failed", c.score)
+        call.sections = []
+        call.fail("documents", f"visibility check failed: {type(exc).__name__}: {exc}")
+        return
+    kept = []
+    for c in call.sections:
+        document = fresh.get(c.document_id)
+        verdict = document_verdict(call, document)
+        if verdict is None and document is not None and not any(s.id == c.section_id for s in document.sections):
+            verdict = "not_found"
+        if verdict is None:
+            kept.append(c)
+        else:
+            call.note("documents", c.section_id, "govern", "dropped", verdict, c.score)
+    call.sections = kept
+    call.documents = {i: d for i, d in fresh.items() if document_verdict(call, d) is None}
+
+
+def _govern_memories(call: Call) -> None:
+    allowed = set(call.resolution.record_ids)
+    kept = []
+    for item in call.candidates["memories"]:
+        if item.record_id in allowed:
+            kept.append(item)
+        else:
+            call.note("memories", item.id, "govern", "dropped", "record_not_allowed", item.score)
+    call.candidates["memories"] = kept
+
+
+def _govern_records(call: Call, source: SourceName, owners) -> None:  # type: ignore[no-untyped-def]
+    items = call.candidates[source]
+    if not items:
+        return
+    ids = sorted({rid for item in items for rid in owners(item)})
+    try:
+        live = {r.id for r in call.store.get_records(ids, org=call.org) if not r.pending_deletion}
+    except Exception as exc:  # noqa: BLE001 - fail closed
+        call.candidates[source] = []
+        call.fail(source, f"visibility check failed: {type(exc).__name__}: {exc}")
+        return
+    kept = []
+    for item in items:
+        if all(rid in live for rid in owners(item)):
+            kept.append(item)
+        else:
+            call.note(source, item_key(item), "govern", "dropped", "record_hidden")
+    call.candidates[source] = kept

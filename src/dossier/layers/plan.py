@@ -1,0 +1,62 @@
+"""Layer 1, plan: which mode, which sources, which depth, and how the depth was downgraded."""
+
+from __future__ import annotations
+
+from ..errors import InvalidRequest, UsageError
+from ..schema import SOURCE_NAMES, Mode, RetrieveRequest, SourceName
+from .context import Call, Plan
+
+MODE_SOURCES: dict[Mode, frozenset[SourceName]] = {
+    "brief": frozenset({"properties", "memories", "documents", "graph"}),
+    "scout": frozenset({"properties", "memories", "documents"}),
+    "fetch": frozenset({"documents"}),
+    "filter": frozenset({"documents"}),
+    "expand": frozenset(),
+}
+
+
+def infer_mode(request: RetrieveRequest) -> Mode:
+    """An explicit mode wins; otherwise the shape decides: fetch list, filters, continuation, else scout."""
+    if request.mode:
+        return request.mode
+    if request.fetch:
+        return "fetch"
+    if request.filters and not request.filters.empty:
+        return "filter"
+    if request.continuation:
+        return "expand"
+    return "scout"
+
+
+def choose_sources(mode: Mode, request: RetrieveRequest) -> dict[SourceName, bool]:
+    """The mode's defaults, overridden by explicit flags; ``external`` only when asked for."""
+    flags = request.sources
+    chosen: dict[SourceName, bool] = {}
+    for name in SOURCE_NAMES:
+        explicit = getattr(flags, name)
+        default = name in MODE_SOURCES[mode]
+        chosen[name] = bool(explicit) if explicit is not None else (default and name != "external")
+    return chosen
+
+
+def plan(call: Call) -> None:
+    request = call.request
+    mode = infer_mode(request)
+    if mode == "fetch" and not request.fetch:
+        raise InvalidRequest("fetch mode needs a 'fetch' list of document ids", field="fetch")
+    if mode == "filter" and (request.filters is None or request.filters.empty) and not request.message:
+        raise InvalidRequest("filter mode needs 'filters' (doc_types or tags) or a message", field="filters")
+    if mode == "expand":
+        # Continuations are issued by sessions; until a call has issued one, none can be valid.
+        raise UsageError(f"continuation {request.continuation!r} is unknown or has expired")
+    requested = request.depth
+    effective, fallback = requested, None
+    if requested == "deep" and getattr(call.engine, "llm", None) is None:
+        effective, fallback = "standard", "no_model"
+    call.plan = Plan(
+        mode=mode,
+        sources=choose_sources(mode, request),
+        requested_depth=requested,
+        effective_depth=effective,
+        depth_fallback=fallback,
+    )

@@ -1,0 +1,43 @@
+"""Layer 4, recall: ask every planned source for candidates; a failing source is reported, not fatal."""
+
+from __future__ import annotations
+
+from ..schema import Route
+from ..sources import Failed, Skipped
+from .context import Call
+
+
+def recall(call: Call) -> None:
+    assert call.plan is not None
+    for source in call.engine.sources:
+        name = source.name
+        route = call.route.setdefault(name, Route())
+        result = call.results[name]
+        if not call.plan.sources.get(name):
+            route.detail["skipped"] = "not requested"
+            continue
+        if name == "documents":
+            route.requested_depth = call.plan.requested_depth
+            route.effective_depth = call.plan.effective_depth
+            if call.plan.depth_fallback:
+                route.fallback_reason = call.plan.depth_fallback
+        route.ran = True
+        result.status = "empty"
+        try:
+            found = source.recall(call)
+        except Skipped as reason:
+            result.status = "skipped"
+            route.ran = False
+            route.detail["skipped"] = str(reason)
+            continue
+        except Failed:
+            result.status = "error"
+            call.degraded = True
+            continue
+        except Exception as exc:  # noqa: BLE001 - one source failing never sinks the call
+            call.fail(name, exc)
+            continue
+        if name == "documents":
+            call.sections = found
+        else:
+            call.candidates[name] = found

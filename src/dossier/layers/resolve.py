@@ -1,0 +1,75 @@
+"""Layer 2, resolve: find the record, follow merges, tombstone deletions, add same-domain aliases."""
+
+from __future__ import annotations
+
+from ..bundle import Record
+from ..identifiers import email_domain
+from ..schema import Route
+from .context import Call, Resolution
+
+MAX_MERGE_CHAIN = 20
+IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "contact", "website": "company"}
+
+
+def resolve(call: Call) -> None:
+    ref = call.request.record
+    route = Route(ran=ref is not None)
+    call.route["resolve"] = route
+    if ref is None:
+        return
+    kind, value = ref.identifier
+    store, org = call.store, call.org
+    if kind == "id":
+        found = store.get_records([value], org=org)
+    else:
+        found = store.find_records(kind, value, org=org)  # type: ignore[arg-type]
+        expected = IDENTIFIER_KIND[kind]
+        found = sorted(found, key=lambda r: (r.kind != expected, r.merged_into is not None, r.id))
+    if not found:
+        call.resolution = Resolution(not_found=True)
+        route.detail["not_found"] = f"no record with {kind} {value!r}"
+        return
+    record = _follow_merges(call, found[0], route)
+    if record.pending_deletion:
+        call.resolution = Resolution(record=record, tombstone=True)
+        route.detail["tombstone"] = True
+        return
+    resolution = Resolution(record=record, merged_from=store.merged_from(record.id, org=org))
+    try:
+        resolution.aliases = _aliases(call, record, exclude={record.id, *resolution.merged_from})
+    except Exception as exc:  # noqa: BLE001 - a failed alias lookup is reported, not fatal
+        route.fallback_reason = "alias_error"
+        route.detail["alias_error"] = f"{type(exc).__name__}: {exc}"
+        call.degraded = True
+    call.resolution = resolution
+
+
+def _follow_merges(call: Call, record: Record, route: Route) -> Record:
+    chain = [record.id]
+    while record.merged_into and len(chain) <= MAX_MERGE_CHAIN:
+        survivors = call.store.get_records([record.merged_into], org=call.org)
+        if not survivors or survivors[0].id in chain:
+            route.detail["merge_error"] = f"merge chain of {chain[0]!r} breaks at {record.merged_into!r}"
+            break
+        record = survivors[0]
+        chain.append(record.id)
+    if len(chain) > 1:
+        route.detail["merged_chain"] = chain
+    return record
+
+
+def record_domain(record: Record) -> str | None:
+    ids = record.identifiers
+    if ids.website:
+        return ids.website
+    return email_domain(ids.email) if ids.email else None
+
+
+def _aliases(call: Call, record: Record, *, exclude: set[str]) -> list[Record]:
+    domain = record_domain(record)
+    if domain is None:
+        return []
+    limit = call.settings.max_aliases
+    found = call.store.records_by_domain(domain, org=call.org, limit=limit + len(exclude) + 20)
+    live = [r for r in found if r.id not in exclude and not r.pending_deletion and r.merged_into is None]
+    return live[:limit]

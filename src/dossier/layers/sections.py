@@ -1,0 +1,168 @@
+"""Layer 5, select sections: cut out the part of a document that answers, not the whole document.
+
+1. A clear winner (top score >= 0.55, ahead of the second by >= 0.12) is taken without a selector,
+   unless lexical-only candidates are present (their cosine score undersells an exact match).
+2. Otherwise a :class:`Selector` picks at most three sections (first relevance >= 3/5, others >= 4/5).
+3. A more specific sibling document replaces a pick (its title ends with the pick's title and is
+   longer, and it scores >= 80% of the pick), keeping the same section where it has one.
+4. Fallbacks: no pick -> the best candidate >= 0.30 (low confidence); unpicked candidates >= 0.65 come
+   as supplementary (up to three); still nothing -> the best candidate >= 0.40.
+
+Fetch mode, and filter mode without a question, return their documents' sections as ranked, with no
+selection. System documents never get here (govern removed them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..bundle import Document, Section
+from ..schema import SectionItem
+from ..stores.fulltext import terms
+from .context import Call, SectionCandidate
+
+
+@dataclass(frozen=True)
+class Pick:
+    section_id: str
+    relevance: int  # 1-5
+
+
+class Selector(Protocol):
+    """Picks the sections that answer ``question`` among governed candidates (best first)."""
+
+    name: str
+
+    def select(self, question: str, candidates: list[SectionCandidate], documents: dict[str, Document]) -> list[Pick]: ...
+
+
+@dataclass
+class HeuristicSelector:
+    """Relevance from the cosine score in steps above a floor; an exact code in the text is a 5."""
+
+    floor: float = 0.45
+    name: str = "heuristic"
+
+    def relevance(self, candidate: SectionCandidate, codes: list[str], section: Section | None) -> int:
+        if codes and section is not None and any(code in section.text.lower() for code in codes):
+            return 5
+        score = candidate.score + (0.03 if candidate.text_rank is not None else 0.0)
+        steps = (self.floor + 0.15, self.floor + 0.07, self.floor, self.floor - 0.10)
+        return next((5 - i for i, step in enumerate(steps) if score >= step), 1)
+
+    def select(self, question: str, candidates: list[SectionCandidate], documents: dict[str, Document]) -> list[Pick]:
+        codes = [t for t in terms(question) if any(ch.isdigit() for ch in t) and len(t) >= 4]
+        rated = [(self.relevance(c, codes, _section(documents, c)), c) for c in candidates]
+        rated.sort(key=lambda rc: (-rc[0], -rc[1].score, rc[1].section_id))
+        return [Pick(c.section_id, r) for r, c in rated]
+
+
+def _section(documents: dict[str, Document], c: SectionCandidate) -> Section | None:
+    document = documents.get(c.document_id)
+    return next((s for s in document.sections if s.id == c.section_id), None) if document else None
+
+
+def select_sections(call: Call) -> None:
+    candidates = call.sections
+    if not candidates:
+        return
+    route = call.route["documents"]
+    if call.plan and (call.plan.mode == "fetch" or (call.plan.mode == "filter" and not call.message)):
+        call.candidates["documents"] = [_item(call, c, "high") for c in candidates]
+        return
+    t, settings = call.settings.thresholds, call.settings
+    ranked = sorted(candidates, key=lambda c: (-c.score, c.section_id))
+    lexical_only = [c for c in candidates if c.lexical_only]
+    gap = ranked[0].score - (ranked[1].score if len(ranked) > 1 else 0.0)
+    route.detail["lexical_only"] = len(lexical_only)
+    chosen: list[tuple[SectionCandidate, str]] = []
+    if not lexical_only and ranked[0].score >= t.clear_winner and gap >= t.clear_winner_margin:
+        route.detail["selector"] = "clear_winner"
+        chosen.append((ranked[0], "high"))
+    else:
+        picks = _run_selector(call, candidates)
+        by_id = {c.section_id: c for c in candidates}
+        for pick in picks:
+            need = settings.first_pick_relevance if not chosen else settings.other_pick_relevance
+            if len(chosen) < settings.max_picks and pick.relevance >= need and pick.section_id in by_id:
+                chosen.append((by_id[pick.section_id], "high"))
+        chosen = _prefer_siblings(call, chosen, candidates)
+        if not chosen:
+            best = ranked[0]
+            if best.score >= t.fallback_low:
+                chosen.append((best, "low"))
+                route.detail["fallback"] = "best_candidate_low"
+    picked = {c.section_id for c, _ in chosen}
+    extra = [c for c in ranked if c.section_id not in picked and c.score >= t.supplementary][: settings.max_supplementary]
+    chosen.extend((c, "supplementary") for c in extra)
+    if not chosen and ranked[0].score >= t.fallback_last:
+        chosen.append((ranked[0], "low"))
+        route.detail["fallback"] = "best_candidate_last"
+    picked = {c.section_id for c, _ in chosen}
+    for c in candidates:
+        if c.section_id not in picked:
+            call.note("documents", c.section_id, "select", "dropped", "not_selected", c.score)
+    call.candidates["documents"] = [_item(call, c, confidence) for c, confidence in chosen]
+
+
+def _run_selector(call: Call, candidates: list[SectionCandidate]) -> list[Pick]:
+    route = call.route["documents"]
+    selector: Selector = call.engine.selector
+    heuristic = HeuristicSelector(floor=call.settings.thresholds.selector_floor)
+    if call.plan and call.plan.effective_depth != "deep":
+        selector = heuristic
+    route.detail["selector"] = selector.name
+    try:
+        return selector.select(call.message, candidates, call.documents)
+    except Exception as exc:  # noqa: BLE001 - selector failure falls back to the heuristic
+        call.fail("documents", f"selector {selector.name} failed: {type(exc).__name__}: {exc}", keep_items=True)
+        route.fallback_reason, route.detail["selector"] = "selector_error", heuristic.name
+        return heuristic.select(call.message, candidates, call.documents)
+
+
+def _prefer_siblings(
+    call: Call, chosen: list[tuple[SectionCandidate, str]], candidates: list[SectionCandidate]
+) -> list[tuple[SectionCandidate, str]]:
+    ratio = call.settings.thresholds.sibling_ratio
+    best_of: dict[str, SectionCandidate] = {}
+    for c in candidates:
+        if c.document_id not in best_of or c.score > best_of[c.document_id].score:
+            best_of[c.document_id] = c
+    out: list[tuple[SectionCandidate, str]] = []
+    for pick, confidence in chosen:
+        document = call.documents.get(pick.document_id)
+        replacement = pick
+        for doc_id, best in best_of.items():
+            sibling = call.documents.get(doc_id)
+            if document is None or sibling is None or doc_id == pick.document_id:
+                continue
+            if sibling.title.lower().endswith(document.title.lower()) and len(sibling.title) > len(document.title):
+                if best.score >= ratio * pick.score:
+                    replacement = _same_section(pick, document, sibling, candidates, best.score) or best
+                    call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
+                    call.route["documents"].detail.setdefault("siblings", []).append([pick.section_id, replacement.section_id])
+                    break
+        if all(replacement.section_id != c.section_id for c, _ in out):
+            out.append((replacement, confidence))
+    return out
+
+
+def _same_section(
+    pick: SectionCandidate, document: Document, sibling: Document, candidates: list[SectionCandidate], score: float
+) -> SectionCandidate | None:
+    heading = next((s.heading.lower() for s in document.sections if s.id == pick.section_id), None)
+    match = next((s for s in sibling.sections if s.heading.lower() == heading), None)
+    if match is None:
+        return None
+    known = next((c for c in candidates if c.section_id == match.id), None)
+    return known or SectionCandidate(section_id=match.id, document_id=sibling.id, score=score)
+
+
+def _item(call: Call, c: SectionCandidate, confidence: str) -> SectionItem:
+    document = call.documents[c.document_id]
+    section = next(s for s in document.sections if s.id == c.section_id)
+    return SectionItem(
+        document_id=document.id, section_id=section.id, title=document.title, heading=section.heading,
+        text=section.text, score=round(c.score, 4) if c.score else None, confidence=confidence,  # type: ignore[arg-type]
+    )  # fmt: skip

@@ -1,0 +1,58 @@
+"""The retrieve call: the layers, in order, over one context object.
+
+``PIPELINE`` is data (as in sqlglot's optimizer): a tuple of plain functions, each reading and
+writing the :class:`~dossier.layers.context.Call`. Governance runs before selection so that nothing
+a caller may not see is ever selected, packed or shown to a model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from pydantic import ValidationError
+
+from .errors import InvalidRequest, NotFound
+from .layers.budget import pack
+from .layers.context import Call
+from .layers.govern import govern
+from .layers.plan import plan
+from .layers.recall import recall
+from .layers.report import report
+from .layers.resolve import resolve
+from .layers.sections import select_sections
+from .layers.understand import understand
+from .schema import RetrieveRequest, RetrieveResponse
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+PIPELINE = (plan, resolve, understand, recall, govern, select_sections, pack, report)
+
+
+def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveRequest:
+    """Validate a request; the error names the offending field (``record.email``, ``budget.totalTokens``)."""
+    if isinstance(request, RetrieveRequest):
+        return request
+    try:
+        return RetrieveRequest.model_validate(request)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            message = "unknown field"
+        raise InvalidRequest(f"invalid request: {where}: {message}", field=where) from None
+
+
+def retrieve(engine: "Engine", request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str) -> RetrieveResponse:
+    parsed = parse_request(request)
+    if not org or engine.store.get_org(org=org) is None:
+        raise NotFound(f"unknown org {org!r}")
+    who = engine.store.get_caller(caller, org=org)
+    if who is None:
+        raise NotFound(f"unknown caller {caller!r} in org {org!r}")
+    call = Call(engine=engine, request=parsed, org=org, caller=who, settings=engine.settings_for(org))
+    for layer in PIPELINE:
+        layer(call)
+    assert call.response is not None
+    return call.response

@@ -1,0 +1,237 @@
+"""The contract of the retrieve call (DESIGN.md section 1): request, response, items, statuses.
+
+Field names are part of the contract; ``dossier schema`` prints the JSON Schema of both models.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .bundle import PropertyValue
+from .identifiers import normalize
+
+Mode = Literal["brief", "scout", "fetch", "filter", "expand"]
+Depth = Literal["fast", "standard", "deep"]
+SourceName = Literal["properties", "memories", "documents", "graph", "external"]
+SOURCE_NAMES: tuple[SourceName, ...] = ("properties", "memories", "documents", "graph", "external")
+Status = Literal["ok", "empty", "error", "skipped"]
+MAX_BUDGET = 50_000
+MAX_FETCH = 20
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# -- request ---------------------------------------------------------------------------------------
+class RecordRef(_Strict):
+    """Who the question is about: exactly one identifier."""
+
+    id: str | None = Field(default=None, min_length=1)
+    email: str | None = None
+    phone: str | None = None
+    website: str | None = None
+    profile_url: str | None = None
+
+    @field_validator("email", "phone", "website", "profile_url")
+    @classmethod
+    def _normalise(cls, value: str | None, info: Any) -> str | None:
+        return None if value is None else normalize(info.field_name, value)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "RecordRef":
+        given = [k for k, v in self.model_dump().items() if v is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of id, email, phone, website, profile_url")
+        return self
+
+    @property
+    def identifier(self) -> tuple[str, str]:
+        return next((k, v) for k, v in self.model_dump().items() if v is not None)
+
+
+class SourceFlags(_Strict):
+    """Explicit switches; ``None`` keeps the mode's default, ``False`` always wins."""
+
+    properties: bool | None = None
+    memories: bool | None = None
+    documents: bool | None = None
+    graph: bool | None = None
+    external: bool | None = None
+
+
+class Budget(_Strict):
+    totalTokens: int = Field(default=8000, ge=1, le=MAX_BUDGET, description="UTF-8 bytes of packed context")
+    shares: dict[SourceName, Annotated[float, Field(ge=0.0, le=1.0)]] | None = None
+
+
+class Filters(_Strict):
+    doc_types: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.doc_types and not self.tags
+
+
+class RetrieveRequest(_Strict):
+    mode: Mode | None = None
+    record: RecordRef | None = None
+    message: str | None = Field(default=None, max_length=4000)
+    sources: SourceFlags = Field(default_factory=SourceFlags)
+    depth: Depth = "standard"
+    budget: Budget = Field(default_factory=Budget)
+    filters: Filters | None = None
+    infer_filters: bool = True
+    augmentation: list[str] | None = None
+    fetch: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, max_length=MAX_FETCH)
+    continuation: str | None = None
+    synthesize: bool = False
+    deferred: bool = False
+    trace: bool = False
+
+    @field_validator("augmentation", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+# -- response items ----------------------------------------------------------------------------------
+class MemoryItem(BaseModel):
+    kind: Literal["memory"] = "memory"
+    id: str
+    record_id: str
+    text: str
+    created_at: datetime
+    tier: Literal["recent", "semantic"]
+    score: float | None = None
+    truncated: bool = False
+
+
+class PropertyItem(BaseModel):
+    kind: Literal["property"] = "property"
+    record_id: str
+    name: str
+    value: PropertyValue
+    matched: bool | None = None  # discovery: this property is why the record was found
+    score: float | None = None
+    truncated: bool = False
+
+
+class SectionItem(BaseModel):
+    kind: Literal["section"] = "section"
+    document_id: str
+    section_id: str
+    title: str
+    heading: str
+    text: str
+    score: float | None = None
+    confidence: Literal["high", "low", "supplementary"] = "high"
+    truncated: bool = False
+
+
+class EdgeItem(BaseModel):
+    kind: Literal["edge"] = "edge"
+    id: str
+    src: str
+    dst: str
+    type: str
+    confidence: float
+    weight: float
+    hops: int
+
+
+class ExternalItem(BaseModel):
+    kind: Literal["external"] = "external"
+    id: str
+    source: str
+    text: str
+    score: float | None = None
+    truncated: bool = False
+
+
+Item = Annotated[Union[MemoryItem, PropertyItem, SectionItem, EdgeItem, ExternalItem], Field(discriminator="kind")]
+
+
+# -- response ----------------------------------------------------------------------------------------
+class ResolvedRecord(BaseModel):
+    id: str
+    kind: Literal["contact", "company"]
+    aliases: list[str] = Field(default_factory=list)
+    merged_from: list[str] = Field(default_factory=list)
+    tombstone: bool = False
+
+
+class SourceResult(BaseModel):
+    status: Status = "skipped"
+    items: list[Item] = Field(default_factory=list)
+    bytes_used: int = 0
+    dropped: int = 0
+    error: str | None = None
+
+
+class Route(BaseModel):
+    """What actually ran for one source (or layer)."""
+
+    ran: bool = False
+    backend: str | None = None
+    requested_depth: Depth | None = None
+    effective_depth: Depth | None = None
+    fallback_reason: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class BudgetReport(BaseModel):
+    total_bytes: int
+    share: dict[str, int]
+    used: dict[str, int]
+    dropped: dict[str, int]
+
+
+class Synthesis(BaseModel):
+    answer: str | None = None
+    reasoning: str | None = None
+    confidence: float | None = None
+    sources_used: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class TraceEntry(BaseModel):
+    """One layer's decision about one candidate item."""
+
+    source: SourceName
+    id: str
+    layer: str
+    decision: Literal["kept", "dropped"]
+    reason: str | None = None
+    score: float | None = None
+
+
+class RetrieveResponse(BaseModel):
+    call_id: str
+    mode: Mode
+    record: ResolvedRecord | None = None
+    sources: dict[SourceName, SourceResult]
+    partial: bool = False
+    route: dict[str, Route] = Field(default_factory=dict)
+    budget: BudgetReport
+    synthesis: Synthesis | None = None
+    continuation: str | None = None
+    trace: list[TraceEntry] | None = None
+
+    def items(self, source: SourceName) -> list[Any]:
+        return list(self.sources[source].items)
+
+
+def item_key(item: Any) -> str:
+    """The id an item is known by in traces and evaluations (sections by section id)."""
+    if isinstance(item, SectionItem):
+        return item.section_id
+    if isinstance(item, PropertyItem):
+        return f"{item.record_id}/{item.name}"
+    if isinstance(item, ExternalItem):
+        return f"{item.source}/{item.id}"
+    return str(item.id)

@@ -1,0 +1,169 @@
+"""Documents: section candidates by vector and full-text search, fused by reciprocal rank fusion.
+
+Candidates found only by full text (an exact code, say) are kept through fusion and given their
+cosine score afterwards, so the section layer can see them. Each retriever can fail on its own; the
+route says which backend served (``hybrid | vector | lexical``) and why it fell back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..bundle import Document
+from ..schema import Filters
+from ..stores.base import Hit
+from ..layers.context import SectionCandidate
+from . import Skipped
+
+
+def rrf(rankings: list[list[Hit]], k: int) -> dict[str, float]:
+    """Reciprocal rank fusion (Cormack, Clarke and Büttcher, 2009): sum of 1 / (k + rank)."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            fused[hit.id] = fused.get(hit.id, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def matches(document: Document, filters: Filters | None) -> bool:
+    if filters is None or filters.empty:
+        return True
+    if filters.doc_types and document.doc_type not in filters.doc_types:
+        return False
+    return not filters.tags or bool(set(filters.tags) & set(document.tags))
+
+
+class DocumentsSource:
+    name = "documents"
+
+    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
+        mode = call.plan.mode
+        if mode == "fetch":
+            return self._fetch(call)
+        if mode == "filter" and not call.message:
+            return self._filtered(call)
+        if not call.message:
+            raise Skipped("no question")
+        return self._search(call)
+
+    # -- search ------------------------------------------------------------------------------------
+    def _search(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+        settings, route = call.settings, call.route["documents"]
+        query = call.understanding.document_query or call.message
+        filters = call.understanding.filters
+        limit = settings.document_candidates * (3 if filters else 1)
+        vector = call.engine.embed_query(query)
+        vector_hits = call.guarded(
+            "documents", lambda: call.store.search_vectors("section", vector, org=call.org, limit=limit), what="vector search"
+        )
+        text_hits: list[Hit] | None = []
+        if call.plan.effective_depth != "fast":
+            text_hits = call.guarded(
+                "documents", lambda: call.store.search_text("section", query, org=call.org, limit=limit), what="full-text search"
+            )
+        if vector_hits is None and text_hits is None:
+            raise RuntimeError("vector and full-text search both failed")
+        if vector_hits is None:
+            route.backend, route.fallback_reason = "lexical", "vector_error"
+        elif text_hits is None:
+            route.backend, route.fallback_reason = "vector", "lexical_error"
+        elif call.plan.effective_depth == "fast":
+            route.backend = "vector"
+        else:
+            route.backend = "hybrid"
+        vector_hits, text_hits = vector_hits or [], text_hits or []
+        route.detail.update(vector_candidates=len(vector_hits), text_candidates=len(text_hits))
+        candidates = self._fuse(call, vector_hits, text_hits)
+        self._score_lexical_only(call, candidates, vector)
+        return self._apply_filters(call, candidates, filters)
+
+    def _fuse(self, call, vector_hits: list[Hit], text_hits: list[Hit]) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+        parents = {h.id: h.parent for h in (*vector_hits, *text_hits)}
+        cosine = {h.id: h.score for h in vector_hits}
+        vector_rank = {h.id: r for r, h in enumerate(vector_hits, start=1)}
+        text_rank = {h.id: r for r, h in enumerate(text_hits, start=1)}
+        try:
+            fused = call.engine.fuse([vector_hits, text_hits], call.settings.rrf_k)
+        except Exception as exc:  # noqa: BLE001 - fusion failure falls back to vector ranking
+            call.fail("documents", f"fusion failed: {type(exc).__name__}: {exc}", keep_items=True)
+            route = call.route["documents"]
+            route.backend, route.fallback_reason = "vector", "fusion_error"
+            fused = {h.id: 1.0 / r for h, r in zip(vector_hits, range(1, len(vector_hits) + 1))}
+            fused.update({h.id: 0.0 for h in text_hits if h.id not in fused})  # lexical-only hits stay
+        out = [
+            SectionCandidate(section_id=sid, document_id=parents[sid], score=cosine.get(sid, 0.0), fused=score,
+                             vector_rank=vector_rank.get(sid), text_rank=text_rank.get(sid))  # fmt: skip
+            for sid, score in fused.items()
+        ]
+        out.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
+        for c in out:
+            call.note("documents", c.section_id, "recall", "kept", "lexical_only" if c.lexical_only else None, c.score)
+        return out
+
+    def _score_lexical_only(self, call, candidates: list[SectionCandidate], vector) -> None:  # type: ignore[no-untyped-def]
+        """Give lexical-only candidates their cosine score, so thresholds can judge them too."""
+        lexical = [c for c in candidates if c.lexical_only]
+        if not lexical:
+            return
+        documents = sorted({c.document_id for c in lexical})
+        hits = call.guarded(
+            "documents",
+            lambda: call.store.search_vectors("section", vector, org=call.org, limit=500, parents=documents),
+            what="scoring lexical-only candidates",
+        )
+        scores = {h.id: h.score for h in hits or []}
+        for c in lexical:
+            c.score = scores.get(c.section_id, 0.0)
+
+    def _apply_filters(self, call, candidates: list[SectionCandidate], filters: Filters | None) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+        if filters is None or filters.empty:
+            return candidates
+        documents = {d.id: d for d in call.store.get_documents(sorted({c.document_id for c in candidates}), org=call.org)}
+        kept = []
+        for c in candidates:
+            document = documents.get(c.document_id)
+            if document is not None and matches(document, filters):
+                kept.append(c)
+            else:
+                call.note("documents", c.section_id, "filter", "dropped", "filtered_out", c.score)
+        return kept
+
+    # -- fetch and filter modes ----------------------------------------------------------------------
+    def _fetch(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+        ids = list(dict.fromkeys(call.request.fetch or []))
+        documents = call.store.get_documents(ids, org=call.org)
+        found = {d.id for d in documents}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            call.route["documents"].detail["not_found"] = missing
+            for doc_id in missing:
+                call.note("documents", doc_id, "recall", "dropped", "not_found")
+        return self._whole(call, documents)
+
+    def _filtered(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+        filters = call.understanding.filters
+        documents = call.store.find_documents(
+            org=call.org, doc_types=filters.doc_types, tags=filters.tags, limit=call.settings.max_fetch_ids
+        )
+        return self._whole(call, documents)
+
+    def _whole(self, call, documents: list[Document]) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+        """Every section of ``documents``: ranked by the question when there is one, else in order."""
+        route = call.route["documents"]
+        candidates = [
+            SectionCandidate(section_id=s.id, document_id=d.id, score=0.0, vector_rank=position)
+            for d in documents
+            for position, s in enumerate(d.sections, start=1)
+        ]
+        route.backend, route.detail["ranked"] = "direct", False
+        if call.message and candidates:
+            vector = call.engine.embed_query(call.understanding.document_query or call.message)
+            hits = call.store.search_vectors(
+                "section", vector, org=call.org, limit=len(candidates), parents=[d.id for d in documents]
+            )
+            scores = {h.id: h.score for h in hits}
+            for c in candidates:
+                c.score = scores.get(c.section_id, 0.0)
+            candidates.sort(key=lambda c: (-c.score, c.section_id))
+            route.backend, route.detail["ranked"] = "vector", True
+        return candidates

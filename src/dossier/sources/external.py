@@ -1,0 +1,91 @@
+"""External sources: opt-in, per call. A registry of named adapters; one real adapter posts the
+resolved record and the question to an HTTP JSON endpoint and reads items back.
+
+Endpoint contract: ``POST`` with ``{"org", "record": {"id", "kind"} | null, "message"}``; the answer is
+``{"items": [{"id": str, "text": str, "score": float?}, ...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import ProviderError, ProviderTimeout
+from ..schema import ExternalItem
+from . import Failed, Skipped
+
+
+class ExternalAdapter(Protocol):
+    name: str
+
+    def fetch(self, *, org: str, record: dict[str, Any] | None, message: str, timeout: float) -> list[ExternalItem]: ...
+
+
+@dataclass
+class HttpJsonSource:
+    """An HTTP JSON endpoint as an external source (stdlib only; no extra needed)."""
+
+    name: str
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    max_items: int = 20
+
+    def fetch(self, *, org: str, record: dict[str, Any] | None, message: str, timeout: float) -> list[ExternalItem]:
+        body = json.dumps({"org": org, "record": record, "message": message}).encode()
+        request = urllib.request.Request(
+            self.url, data=body, method="POST", headers={"Content-Type": "application/json", **dict(self.headers)}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - configured URL
+                payload = json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            raise ProviderError(f"{self.name}: HTTP {exc.code}", status_code=exc.code, body=exc.read()[:500].decode("utf-8", "replace")) from exc
+        except TimeoutError as exc:
+            raise ProviderTimeout(f"{self.name}: no answer within {timeout:g} s") from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ProviderError(f"{self.name}: {exc}") from exc
+        items = payload.get("items") if isinstance(payload, dict) else None
+        if not isinstance(items, list):
+            raise ProviderError(f"{self.name}: answer has no 'items' list")
+        out = []
+        for i, raw in enumerate(items[: self.max_items]):
+            if isinstance(raw, dict) and isinstance(raw.get("text"), str):
+                score = raw.get("score")
+                out.append(ExternalItem(id=str(raw.get("id", i)), source=self.name, text=raw["text"],
+                                        score=float(score) if isinstance(score, (int, float)) else None))  # fmt: skip
+        return out
+
+
+class ExternalSource:
+    """Asks every registered adapter; one failing adapter is reported and the others still count."""
+
+    name = "external"
+
+    def __init__(self, adapters: dict[str, ExternalAdapter]) -> None:
+        self.adapters = adapters
+
+    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
+        if not self.adapters:
+            raise Skipped("no external source is registered")
+        res = call.resolution
+        record = None
+        if res.record is not None:
+            record = {"id": res.record.id, "kind": res.record.kind, "tombstone": res.tombstone}
+        items: list[ExternalItem] = []
+        failures = 0
+        for name, adapter in sorted(self.adapters.items()):
+            got = call.guarded(
+                "external",
+                lambda: adapter.fetch(org=call.org, record=record, message=call.message, timeout=call.settings.external_timeout),
+                what=f"external source {name}",
+            )
+            if got is None:
+                failures += 1
+            else:
+                items.extend(got)
+        if failures == len(self.adapters):
+            raise Failed()
+        return items

@@ -1,0 +1,28 @@
+"""Graph: active edges around the record (and its merged-away records), 1-3 hops, stubs excluded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schema import EdgeItem
+from . import Skipped
+
+
+class GraphSource:
+    name = "graph"
+
+    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
+        res, settings = call.resolution, call.settings
+        if res.tombstone:
+            raise Skipped("record is pending deletion")
+        if res.record is None:
+            raise Skipped("no record" if call.request.record is None else "record not found")
+        hops = call.store.edges_around(
+            [res.record.id, *res.merged_from], org=call.org, max_hops=settings.graph_max_hops,
+            limit=settings.graph_max_edges, include_stubs=settings.include_stub_edges,
+        )  # fmt: skip
+        return [
+            EdgeItem(id=h.edge.id, src=h.edge.src, dst=h.edge.dst, type=h.edge.type, confidence=h.edge.confidence,
+                     weight=h.edge.weight, hops=h.hops)  # fmt: skip
+            for h in hops
+        ]
