@@ -468,14 +468,17 @@ def test_a_search_sees_the_write_that_followed_it(store: Store, embedder: Any, o
 
 
 def test_a_batch_of_vectors_alone_is_seen_by_the_next_search(store: Store, embedder: Any) -> None:
-    write_world(store, embedder)
-    query = embedder.embed_query("Course NW-EDU-41 covers forklift certification for warehouse staff.")
-    assert store.search_vectors("section", query, org="acme", limit=1)[0].id == "s-edu-41"
-    # re-point s-edu-40's vector at the forklift text (a recomputed vector, no item changed)
-    [vector] = _embed(embedder, ["Course NW-EDU-41 covers forklift certification for warehouse staff."])
-    store.write(WriteBatch(vectors=[VectorWrite("acme", "section", "s-edu-40", "d-education", "h", vector * 1.0)]))
-    top = store.search_vectors("section", query, org="acme", limit=2)
-    assert sorted(_ids(top)) == ["s-edu-40", "s-edu-41"]
+    items = write_world(store, embedder)
+    education = items["documents"][1]
+    forklift = section_text(education, education.sections[1])  # what s-edu-41's vector was made from
+    query = embedder.embed_query("forklift certification")
+    assert store.search_vectors("section", query, org="acme", limit=1)[0].id == "s-edu-41"  # index now cached
+    # give s-edu-40 the very vector of s-edu-41 (a recomputed vector, no item changed)
+    [vector] = _embed(embedder, [forklift])
+    store.write(WriteBatch(vectors=[VectorWrite("acme", "section", "s-edu-40", "d-education", "h", vector)]))
+    top = {hit.id: hit.score for hit in store.search_vectors("section", query, org="acme", limit=2)}
+    assert set(top) == {"s-edu-40", "s-edu-41"}
+    assert top["s-edu-40"] == pytest.approx(top["s-edu-41"], abs=1e-5)  # the new vector, not the cached one
     assert store.vector_hashes("section", ["s-edu-40"], org="acme") == {"s-edu-40": "h"}
 
 

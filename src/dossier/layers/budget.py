@@ -33,7 +33,14 @@ def packed_text(item: Any) -> str:
 
 
 def size(item: Any) -> int:
-    return len(packed_text(item).encode("utf-8"))
+    """Bytes ``item`` takes in the packed context: its line and the newline that ends it."""
+    return len(packed_text(item).encode("utf-8")) + 1
+
+
+def packed_context(response: Any) -> str:
+    """The packed context of a response, exactly as budgeted: what the caller got, and what a model
+    would see (one budget). Sources in contract order, items in packed order, one line each."""
+    return "".join(packed_text(item) + "\n" for s in SOURCE_NAMES for item in response.sources[s].items)
 
 
 def _cut(item: Any, room: int) -> Any | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..schema import Route
+from ..schema import Route, item_key
 from ..sources import Failed, Skipped
 from .context import Call
 
@@ -41,3 +41,5 @@ def recall(call: Call) -> None:
             call.sections = found
         else:
             call.candidates[name] = found
+            for item in found:
+                call.note(name, item_key(item), "recall", "kept", getattr(item, "tier", None), getattr(item, "score", None))

@@ -12,6 +12,7 @@ from typing import Any
 from ..bundle import Document
 from ..schema import Filters
 from ..stores.base import Hit
+from ..stores.fulltext import codes
 from ..layers.context import SectionCandidate
 from . import Skipped
 
@@ -58,9 +59,7 @@ class DocumentsSource:
         )
         text_hits: list[Hit] | None = []
         if call.plan.effective_depth != "fast":
-            text_hits = call.guarded(
-                "documents", lambda: call.store.search_text("section", query, org=call.org, limit=limit), what="full-text search"
-            )
+            text_hits = call.guarded("documents", lambda: self._text_search(call, query, limit), what="full-text search")
         if vector_hits is None and text_hits is None:
             raise RuntimeError("vector and full-text search both failed")
         if vector_hits is None:
@@ -76,6 +75,17 @@ class DocumentsSource:
         candidates = self._fuse(call, vector_hits, text_hits)
         self._score_lexical_only(call, candidates, vector)
         return self._apply_filters(call, candidates, filters)
+
+    @staticmethod
+    def _text_search(call, query: str, limit: int) -> list[Hit]:  # type: ignore[no-untyped-def]
+        """Full-text hits; sections holding an exact code from the question rank first."""
+        hits = call.store.search_text("section", query, org=call.org, limit=limit)
+        exact = codes(query)
+        if not exact:
+            return hits
+        first = call.store.search_text("section", " ".join(exact), org=call.org, limit=limit)
+        seen = {h.id for h in first}
+        return first + [h for h in hits if h.id not in seen]
 
     def _fuse(self, call, vector_hits: list[Hit], text_hits: list[Hit]) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
         parents = {h.id: h.parent for h in (*vector_hits, *text_hits)}

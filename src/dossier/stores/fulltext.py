@@ -32,6 +32,11 @@ def terms(query: str) -> list[str]:
     return list(seen)[:MAX_TERMS]
 
 
+def codes(query: str) -> list[str]:
+    """Terms that look like codes (a letter-digit mix or a hyphenated number): SKUs, error codes."""
+    return [t for t in terms(query) if any(c.isdigit() for c in t) and (any(c.isalpha() for c in t) or "-" in t)]
+
+
 def fts5_query(query: str) -> str | None:
     """An FTS5 MATCH expression: each term quoted (codes become phrases), joined with OR."""
     found = terms(query)
