@@ -1,0 +1,105 @@
+"""The default embedder reproduces all-MiniLM-L6-v2 and behaves like an Embedder should."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dossier
+from dossier.providers.embeddings import MINILM, CachedQueries, Embedder, OnnxMiniLM, embedder_from_spec
+
+REFERENCE = json.loads((Path(__file__).parents[1] / "fixtures" / "minilm_reference.json").read_text())
+
+
+def test_the_reference_fixture_is_what_it_claims() -> None:
+    assert "all-MiniLM-L6-v2" in REFERENCE["model"]
+    vectors = np.asarray(REFERENCE["vectors"])
+    assert vectors.shape == (len(REFERENCE["sentences"]), 384) and len(vectors) >= 5
+
+
+@pytest.mark.parametrize("index", range(len(REFERENCE["sentences"])), ids=[s[:30] for s in REFERENCE["sentences"]])
+def test_onnx_minilm_matches_the_reference_model(embedder: OnnxMiniLM, index: int) -> None:
+    reference = np.asarray(REFERENCE["vectors"][index], dtype=np.float32)
+    reference /= np.linalg.norm(reference)
+    sentence = REFERENCE["sentences"][index]
+    for vector in (embedder.embed_query(sentence), embedder.embed_documents([sentence])[0]):
+        assert float(vector @ reference) >= 0.99
+
+
+def test_the_reference_sentences_as_one_batch_match_too(embedder: OnnxMiniLM) -> None:
+    # padded together in one batch: padding must not leak into the mean pooling
+    vectors = embedder.embed_batch(REFERENCE["sentences"])
+    reference = np.asarray(REFERENCE["vectors"], dtype=np.float32)
+    reference /= np.linalg.norm(reference, axis=1, keepdims=True)
+    assert np.min(np.sum(vectors * reference, axis=1)) >= 0.99
+
+
+def test_vectors_are_unit_length_float32(embedder: OnnxMiniLM) -> None:
+    texts = ["short", "", "   ", "a much longer sentence about refunds, discounts and renewals " * 30]
+    vectors = embedder.embed_documents(texts)
+    assert vectors.dtype == np.float32 and vectors.shape == (4, embedder.dimensions) == (4, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(np.linalg.norm(embedder.embed_query("why"), axis=0), 1.0, atol=1e-5)
+
+
+def test_embed_documents_keeps_the_input_order(embedder: OnnxMiniLM) -> None:
+    # more texts than one batch, of very different lengths, so batching reorders them internally
+    texts = [f"note {i}: " + "customer renewal discussion " * (i % 7) + f"item {i * 37 % 11}" for i in range(40)]
+    done: list[int] = []
+    together = embedder.embed_documents(texts, progress=done.append)
+    one_by_one = np.stack([embedder.embed_query(t) for t in texts])
+    assert np.allclose(together, one_by_one, atol=1e-4)
+    assert sum(done) == len(texts)
+    assert embedder.embed_documents([]).shape == (0, 384)
+
+
+def test_similar_meaning_scores_higher(embedder: OnnxMiniLM) -> None:
+    q = embedder.embed_query("How much discount can we give?")
+    near, far = embedder.embed_documents(["Discounts above 20% need VP approval.", "The office plants are watered on Fridays."])
+    assert float(q @ near) > float(q @ far) + 0.2
+
+
+def test_cached_queries_return_the_same_vector(embedder: OnnxMiniLM) -> None:
+    cached = CachedQueries(embedder, size=2)
+    first = cached("discount rules")
+    assert cached("discount rules") is first
+    cached("a"), cached("b")
+    assert cached("discount rules") is not first  # evicted, recomputed
+    assert np.allclose(cached("discount rules"), first, atol=1e-6)
+
+
+def test_the_default_spec_is_the_local_model() -> None:
+    for spec in (None, "local", "onnx"):
+        model = embedder_from_spec(spec)
+        assert isinstance(model, OnnxMiniLM) and model.model_id == MINILM and model.dimensions == 384
+
+
+def test_openai_spec_without_the_openai_package_names_the_extra() -> None:
+    if importlib.util.find_spec("openai") is not None:
+        pytest.skip("the openai package is installed here, so the missing-extra path cannot be exercised")
+    with pytest.raises(dossier.MissingExtra) as caught:
+        embedder_from_spec("openai:text-embedding-3-small")
+    assert caught.value.extra == "openai"
+    assert '"openai"' in str(caught.value) and "dossier-engine[openai]" in str(caught.value)
+
+
+@pytest.mark.parametrize("spec", ["bogus", "openai:", "openai", "huggingface:all-MiniLM-L6-v2"])
+def test_an_unknown_spec_is_a_config_error(spec: str) -> None:
+    with pytest.raises(dossier.ConfigError, match="unknown embedder"):
+        embedder_from_spec(spec)
+
+
+def test_a_subclass_needs_only_embed_batch() -> None:
+    class Constant(Embedder):
+        model_id, dimensions, batch_size = "constant", 2, 3
+
+        def embed_batch(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+            return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+    vectors = Constant().embed_documents(["ccc", "a", "bb", "dddd"])
+    assert vectors[:, 0].tolist() == [3, 1, 2, 4]
+    assert Constant().embed_query("xy").tolist() == [2, 1]
