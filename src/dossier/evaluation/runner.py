@@ -1,0 +1,123 @@
+"""Run a labelled dataset through the public ``retrieve`` and summarise quality per category and layer."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..engine import Engine, open_engine
+from ..providers.embeddings import Embedder
+from .dataset import Dataset, Question, load_dataset
+from .leakage import World, leaks
+from .metrics import METRICS, QuestionResult, candidate_scores, losses, score
+
+DEFAULT_REQUEST = {"mode": "brief", "budget": {"totalTokens": 8000}}
+
+
+@dataclass
+class EvalReport:
+    dataset: str
+    store: str
+    questions: int
+    overall: dict[str, float | None]
+    by_category: dict[str, dict[str, float | None]]
+    counts: dict[str, int]
+    leakage: int
+    leaked: list[str]
+    latency_ms: dict[str, float]
+    model_calls: int
+    tokens: int
+    losses: dict[str, int]  # "layer: reason" -> count
+    results: list[QuestionResult] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset, "store": self.store, "questions": self.questions, "overall": self.overall,
+            "by_category": self.by_category, "counts": self.counts, "leakage": self.leakage, "leaked": self.leaked,
+            "latency_ms": self.latency_ms, "model_calls": self.model_calls, "tokens": self.tokens, "losses": self.losses,
+            "per_question": [
+                {"id": r.id, "category": r.category, "metrics": r.metrics, "latency_ms": round(r.latency_ms, 2),
+                 "leaks": r.leaks, "losses": [f"{l.kind} {l.id}: {l.layer} {l.reason}" for l in r.losses],
+                 "returned": r.returned}
+                for r in self.results
+            ],
+        }  # fmt: skip
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(sum(present) / len(present), 4) if present else None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else 0.0
+
+
+def ask(engine: Engine, question: Question, defaults: dict[str, Any]) -> Any:
+    request = {**defaults, **question.request, "message": question.message, "trace": True}
+    if question.record is not None:
+        request["record"] = question.record
+    return engine.retrieve(request, org=question.org, caller=question.caller)
+
+
+def run(engine: Engine, dataset: Dataset, *, request: dict[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None, store_label: str = "") -> EvalReport:  # fmt: skip
+    """Every question through ``engine.retrieve``; the engine must already hold the dataset's bundle."""
+    defaults = {**DEFAULT_REQUEST, **(request or {})}
+    world = World.of(dataset.raw_bundle)
+    titles = {d.id: d.title for d in dataset.bundle.documents}
+    results: list[QuestionResult] = []
+    for n, question in enumerate(dataset.questions, start=1):
+        started = time.perf_counter()
+        response = ask(engine, question, defaults)
+        elapsed = (time.perf_counter() - started) * 1000
+        results.append(
+            QuestionResult(
+                id=question.id, category=question.category, answerable=question.answerable, latency_ms=elapsed,
+                metrics=score(question, response, titles),
+                leaks=leaks(world, response, org=question.org, caller=question.caller, forbidden=set(question.forbidden)),
+                losses=losses(question, response),
+                returned={name: [getattr(i, "section_id", None) or getattr(i, "id", None) or f"{i.record_id}/{i.name}"
+                                 for i in r.items] for name, r in response.sources.items()},
+                candidate_scores=candidate_scores(question, response),
+            )
+        )  # fmt: skip
+        if progress:
+            progress(n, len(dataset.questions))
+    return summarise(dataset.name, store_label or engine.store.url, results)
+
+
+def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalReport:
+    by_category: dict[str, list[QuestionResult]] = defaultdict(list)
+    for r in results:
+        by_category[r.category].append(r)
+    loss_counts = Counter(f"{l.layer}: {l.reason}" for r in results for l in r.losses)
+    leaked = sorted({f"{r.id}: {leak}" for r in results for leak in r.leaks})
+    latencies = [r.latency_ms for r in results]
+    return EvalReport(
+        dataset=name, store=store, questions=len(results),
+        overall={m: _mean([r.metrics[m] for r in results]) for m in METRICS},
+        by_category={c: {m: _mean([r.metrics[m] for r in rs]) for m in METRICS} for c, rs in sorted(by_category.items())},
+        counts={c: len(rs) for c, rs in sorted(by_category.items())},
+        leakage=len(leaked), leaked=leaked,
+        latency_ms={"p50": round(statistics.median(latencies), 2) if latencies else 0.0,
+                    "p95": round(_percentile(latencies, 0.95), 2)},
+        model_calls=0, tokens=0, losses=dict(loss_counts.most_common()), results=results,
+    )  # fmt: skip
+
+
+def evaluate(path: str | Path, *, store_url: str | None = None, embedder: Embedder | str | None = None,
+             request: dict[str, Any] | None = None, progress: Callable[[int, int], None] | None = None) -> EvalReport:  # fmt: skip
+    """Load the dataset into a fresh store (a temporary SQLite file unless ``store_url``) and run it."""
+    dataset = load_dataset(path)
+    with tempfile.TemporaryDirectory(prefix="dossier-eval-") as tmp:
+        url = store_url or f"sqlite:///{tmp}/eval.db"
+        with open_engine(url, embedder=embedder) as engine:
+            engine.load_bundle(dataset.bundle)
+            return run(engine, dataset, request=request, progress=progress, store_label=store_url or "sqlite (temporary)")
