@@ -96,11 +96,6 @@ def test_an_invalid_item_is_named_on_its_line(tmp_path: Path, db: str) -> None:
     assert [line.split(":")[1].strip() for line in lines if line.startswith("error:")] == ["record r-jane", "record r-acme"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (cli.py): rich wraps error lines at the console width (80 columns when not a terminal), "
-    "so a long problem spans two lines; err.print needs soft_wrap=True",
-)
 def test_a_long_problem_stays_on_one_line_in_an_80_column_console(
     tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,14 +39,14 @@ def _errors() -> Iterator[None]:
         yield
     except BundleError as exc:
         for problem in exc.problems:
-            err.print(f"error: {problem}", markup=False, highlight=False)
+            err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
         err.print(f"nothing was loaded ({len(exc.problems)} problem(s))", markup=False)
         raise typer.Exit(2) from None
     except UsageError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except DossierError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 

@@ -59,8 +59,19 @@ class Engine:
         return self._settings
 
     def settings_for(self, org: str) -> Settings:
-        """The settings of ``org`` (its own, when calibrated or set, else the engine's)."""
-        return self.org_settings.get(org) or self.settings
+        """The settings of ``org``: set on this engine, else stored for the org (``dossier calibrate
+        --write``) merged over the engine's, else the engine's."""
+        if org not in self.org_settings:
+            stored = self.store.get_settings(org=org)
+            self.org_settings[org] = self.settings.merged(stored) if stored else self.settings
+        return self.org_settings[org]
+
+    def save_org_settings(self, org: str, settings: dict[str, Any]) -> Settings:
+        """Persist ``org``'s own settings (merged over the engine's on every later call) and apply them."""
+        merged = self.settings.merged(settings)  # validates before anything is stored
+        self.store.put_settings(settings, org=org)
+        self.org_settings[org] = merged
+        return merged
 
     def register_external(self, adapter: ExternalAdapter) -> None:
         """Make an external source available to calls that ask for ``sources.external``."""

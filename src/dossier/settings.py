@@ -26,6 +26,7 @@ class Thresholds:
     supplementary: float = 0.65  # unpicked candidates returned as supplementary
     fallback_last: float = 0.40  # last resort when nothing else came back
     sibling_ratio: float = 0.80  # a more specific sibling must score this share of the pick
+    lexical_weight: float = 0.0  # heuristic selector: weight of the (normalised) full-text score
 
 
 #: Defaults per embedding model id. Unknown models get the class defaults (and a calibration hint).
@@ -88,6 +89,22 @@ class Settings:
     external_timeout: float = 3.0
 
     def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    def merged(self, overrides: Mapping[str, Any]) -> "Settings":
+        """These settings with ``overrides`` (a JSON-like mapping; ``thresholds`` may be partial)."""
+        changes = dict(overrides)
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            from .errors import ConfigError
+
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        if "thresholds" in changes:
+            changes["thresholds"] = dataclasses.replace(self.thresholds, **changes["thresholds"])
+        if "shares" in changes:
+            changes["shares"] = dataclasses.replace(self.shares, **changes["shares"])
+        if changes.get("semantic_memory_orgs") is not None:
+            changes["semantic_memory_orgs"] = frozenset(changes["semantic_memory_orgs"])
         return dataclasses.replace(self, **changes)
 
     @classmethod

@@ -612,6 +612,10 @@ def _everything(store: Store, embedder: Any, org: str) -> dict[str, Any]:
                  for k in ("section", "memory") for w in ("discount", "zebra", "renewal annual", "NW-EDU-40")],
         "vectors": [store.search_vectors(k, v, org=org, limit=50) for k in ("section", "memory", "property")  # type: ignore[arg-type]
                     for v in q.values()],
+        "vectors_of": [store.search_vectors(k, q["renewal"], org=org, limit=50, parents=p)  # type: ignore[arg-type]
+                       for k, p in (("memory", ["r-jane"]), ("section", ["d-discounts"]), ("property", ["r-jane"]))],
+        "text_of": [sorted((h.id, h.parent) for h in store.search_text(k, w, org=org, limit=50, parents=p))  # type: ignore[arg-type]
+                    for k, w, p in (("memory", "zebra renewal", ["r-jane"]), ("section", "zebra discount", ["d-zebra"]))],
         "recent": store.recent_memories(records, org=org, limit=50),
         "edges": store.edges_around(records, org=org, max_hops=3, limit=50, include_inactive=True, include_stubs=True),
         "hashes": [store.content_hashes(k, ["acme", "beta", "c-sales", "r-jane", "m-jane-1", "d-discounts", "e1"], org=org)  # type: ignore[arg-type]
@@ -657,6 +661,13 @@ def test_org_isolation_nothing_of_another_org_is_read(store: Store, embedder: An
     assert alone["merged"] == ["r-old", "r-older"] and beta["merged"] == ["r-old", "r-older", "r-zed"]
     for group in alone["vectors"]:
         assert len(_ids(group)) == len(set(_ids(group)))  # the twin ids of beta never come back too
+    # vector reads of each org see that org's own vectors, whichever org was searched last
+    zebra = embedder.embed_query("zebra crossing permit")
+    for _ in range(2):
+        assert store.search_vectors("memory", zebra, org="beta", limit=1)[0].id == "m-zebra"
+        assert "m-zebra" not in _ids(store.search_vectors("memory", zebra, org="acme", limit=50))
+        assert "s-zebra" in _ids(store.search_vectors("section", zebra, org="beta", limit=50))
+        assert "s-zebra" not in _ids(store.search_vectors("section", zebra, org="acme", limit=50))
     assert alone["counts"]["memories"] == 6 and beta["counts"]["memories"] == 7
 
 
@@ -679,7 +690,18 @@ READS: dict[str, Callable[[Store, Any], Any]] = {
     "recent_memories": lambda s, org: s.recent_memories(["r-jane"], org=org, limit=5),
     "edges_around": lambda s, org: s.edges_around(["r-jane"], org=org, max_hops=1, limit=5),
     "counts": lambda s, org: s.counts(org=org),
+    "get_settings": lambda s, org: s.get_settings(org=org) or {},
+    "put_settings": lambda s, org: s.put_settings({"thresholds": {"memory_semantic": 0.4}}, org=org) or {},
 }
+
+
+def test_org_settings_round_trip_per_org(store: Store, embedder: Any) -> None:
+    write_world(store, embedder, "acme")
+    assert store.get_settings(org="acme") is None
+    store.put_settings({"thresholds": {"memory_semantic": 0.35}}, org="acme")
+    store.put_settings({"thresholds": {"memory_semantic": 0.6}}, org="acme")  # replaces
+    assert store.get_settings(org="acme") == {"thresholds": {"memory_semantic": 0.6}}
+    assert store.get_settings(org="beta") is None
 
 
 def test_every_org_scoped_method_of_the_protocol_is_checked() -> None:

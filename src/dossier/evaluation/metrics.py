@@ -37,6 +37,7 @@ class QuestionResult:
     leaks: list[str] = field(default_factory=list)
     losses: list[Loss] = field(default_factory=list)
     returned: dict[str, list[str]] = field(default_factory=dict)
+    gold: dict[str, set[str]] = field(default_factory=dict)  # memory | property | section -> gold ids
     candidate_scores: dict[str, list[tuple[str, float, bool]]] = field(default_factory=dict)
 
 

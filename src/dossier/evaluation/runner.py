@@ -86,6 +86,8 @@ def run(engine: Engine, dataset: Dataset, *, request: dict[str, Any] | None = No
                 returned={name: [getattr(i, "section_id", None) or getattr(i, "id", None) or f"{i.record_id}/{i.name}"
                                  for i in r.items] for name, r in response.sources.items()},
                 candidate_scores=candidate_scores(question, response),
+                gold={"memory": set(question.gold.memories), "property": set(question.gold.properties),
+                      "section": set(question.gold.sections)},
             )
         )  # fmt: skip
         if progress:

@@ -71,6 +71,7 @@ class SectionCandidate:
     fused: float = 0.0
     vector_rank: int | None = None
     text_rank: int | None = None
+    text_score: float = 0.0  # full-text score relative to the best full-text hit of this call (0..1)
 
     @property
     def lexical_only(self) -> bool:

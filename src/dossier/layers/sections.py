@@ -4,7 +4,10 @@
    unless lexical-only candidates are present (their cosine score undersells an exact match).
 2. Otherwise a :class:`Selector` picks at most three sections (first relevance >= 3/5, others >= 4/5).
 3. A more specific sibling document replaces a pick (its title ends with the pick's title and is
-   longer, and it scores >= 80% of the pick), keeping the same section where it has one.
+   longer, and it scores >= 80% of the pick), keeping the same section where it has one. What makes
+   it more specific (the title's extra words, "EMEA") must be named by the question or the resolved
+   record's properties: with MiniLM a regional sibling scores within 80% of the general document on
+   nearly every question, so the score alone cannot tell (docs/thresholds.md).
 4. Fallbacks: no pick -> the best candidate >= 0.30 (low confidence); unpicked candidates >= 0.65 come
    as supplementary (up to three); still nothing -> the best candidate >= 0.40.
 
@@ -14,6 +17,7 @@ selection. System documents never get here (govern removed them).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,12 +46,13 @@ class HeuristicSelector:
     """Relevance from the cosine score in steps above a floor; an exact code in the text is a 5."""
 
     floor: float = 0.45
+    lexical_weight: float = 0.0
     name: str = "heuristic"
 
     def relevance(self, candidate: SectionCandidate, codes: list[str], section: Section | None) -> int:
         if codes and section is not None and any(code in section.text.lower() for code in codes):
             return 5
-        score = candidate.score + (0.03 if candidate.text_rank is not None else 0.0)
+        score = candidate.score + self.lexical_weight * candidate.text_score
         steps = (self.floor + 0.15, self.floor + 0.07, self.floor, self.floor - 0.10)
         return next((5 - i for i, step in enumerate(steps) if score >= step), 1)
 
@@ -109,7 +114,8 @@ def select_sections(call: Call) -> None:
 def _run_selector(call: Call, candidates: list[SectionCandidate]) -> list[Pick]:
     route = call.route["documents"]
     selector: Selector = call.engine.selector
-    heuristic = HeuristicSelector(floor=call.settings.thresholds.selector_floor)
+    t = call.settings.thresholds
+    heuristic = HeuristicSelector(floor=t.selector_floor, lexical_weight=t.lexical_weight)
     if call.plan and call.plan.effective_depth != "deep":
         selector = heuristic
     route.detail["selector"] = selector.name
@@ -138,7 +144,7 @@ def _prefer_siblings(
             if document is None or sibling is None or doc_id == pick.document_id:
                 continue
             if sibling.title.lower().endswith(document.title.lower()) and len(sibling.title) > len(document.title):
-                if best.score >= ratio * pick.score:
+                if best.score >= ratio * pick.score and _qualifier_applies(call, sibling.title[: -len(document.title)]):
                     replacement = _same_section(pick, document, sibling, candidates, best.score) or best
                     call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
                     call.route["documents"].detail.setdefault("siblings", []).append([pick.section_id, replacement.section_id])
@@ -146,6 +152,20 @@ def _prefer_siblings(
         if all(replacement.section_id != c.section_id for c, _ in out):
             out.append((replacement, confidence))
     return out
+
+
+def _qualifier_applies(call: Call, qualifier: str) -> bool:
+    """Whether what makes the sibling more specific ("EMEA" in "EMEA Pricing Guidelines") is named by the
+    question or by the resolved record (or its aliases), e.g. a ``region: EMEA`` property."""
+    words = {w for w in re.findall(r"\w+", qualifier.lower()) if len(w) > 1}
+    if not words:
+        return True
+    context = [call.message]
+    res = call.resolution
+    for record in ([res.record] if res.record is not None and not res.tombstone else []) + list(res.aliases):
+        context.extend(str(v) for v in record.properties.values())
+    found = set(re.findall(r"\w+", " ".join(context).lower()))
+    return bool(words & found)
 
 
 def _same_section(

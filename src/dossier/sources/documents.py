@@ -92,6 +92,8 @@ class DocumentsSource:
         cosine = {h.id: h.score for h in vector_hits}
         vector_rank = {h.id: r for r, h in enumerate(vector_hits, start=1)}
         text_rank = {h.id: r for r, h in enumerate(text_hits, start=1)}
+        best_text = max((h.score for h in text_hits), default=0.0)
+        text_score = {h.id: (h.score / best_text if best_text > 0 else 0.0) for h in text_hits}
         try:
             fused = call.engine.fuse([vector_hits, text_hits], call.settings.rrf_k)
         except Exception as exc:  # noqa: BLE001 - fusion failure falls back to vector ranking
@@ -102,7 +104,8 @@ class DocumentsSource:
             fused.update({h.id: 0.0 for h in text_hits if h.id not in fused})  # lexical-only hits stay
         out = [
             SectionCandidate(section_id=sid, document_id=parents[sid], score=cosine.get(sid, 0.0), fused=score,
-                             vector_rank=vector_rank.get(sid), text_rank=text_rank.get(sid))  # fmt: skip
+                             vector_rank=vector_rank.get(sid), text_rank=text_rank.get(sid),
+                             text_score=text_score.get(sid, 0.0))  # fmt: skip
             for sid, score in fused.items()
         ]
         out.sort(key=lambda c: (-c.fused, -c.score, c.section_id))

@@ -111,6 +111,12 @@ class Store(Protocol):
     def vector_hashes(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, str]:
         """Hash of the text each stored vector of ``keys`` was computed from."""
 
+    def put_settings(self, settings: dict, *, org: str) -> None:
+        """Store ``org``'s own settings (a JSON object, e.g. calibrated thresholds), replacing any."""
+
+    def get_settings(self, *, org: str) -> dict | None:
+        """``org``'s own settings, or None."""
+
     # -- reads by id -------------------------------------------------------------------------------
     def get_org(self, *, org: str) -> Org | None: ...
 

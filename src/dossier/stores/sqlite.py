@@ -216,6 +216,20 @@ class SQLiteStore:
             out.update(dict(self._query(sql, [org, kind, *chunk])))
         return out
 
+    def put_settings(self, settings: dict, *, org: str) -> None:
+        require_org(org, "put_settings")
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO org_settings VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
+                (org, json.dumps(settings, sort_keys=True)),
+            )
+            db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org,))
+
+    def get_settings(self, *, org: str) -> dict | None:
+        require_org(org, "get_settings")
+        rows = self._query("SELECT settings FROM org_settings WHERE org = ?", (org,))
+        return json.loads(rows[0][0]) if rows else None
+
     # -- reads by id -------------------------------------------------------------------------------
     def get_org(self, *, org: str) -> Org | None:
         require_org(org, "get_org")

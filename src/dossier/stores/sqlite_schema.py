@@ -54,6 +54,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE VIRTUAL TABLE memories_fts USING fts5 (org UNINDEXED, text, tokenize = 'porter unicode61');
     """,
+    # 2: per-org settings (calibrated thresholds), as JSON
+    """
+    CREATE TABLE org_settings (org TEXT PRIMARY KEY, settings TEXT NOT NULL, updated_at TEXT NOT NULL);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
