@@ -237,6 +237,62 @@ def demo(
             render_response(console, response)
 
 
+@app.command("eval")
+def eval_(
+    dataset: Path = typer.Argument(..., help="A labelled dataset (docs/evaluation.md)."),
+    store: Optional[str] = typer.Option(None, "--store", help="Store URL to evaluate on (default: a fresh temporary SQLite file)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report (per question) as JSON here."),
+    depth: Optional[str] = typer.Option(None, "--depth", help="Request depth for every question."),
+) -> None:
+    """Run a labelled dataset through retrieve: quality per category and layer, leakage, latency."""
+    import json
+
+    from .evaluation.render import render_eval
+    from .evaluation.runner import evaluate
+
+    with _errors(), _progress("questions") as update:
+        report = evaluate(dataset, store_url=store, request={"depth": depth} if depth else None, progress=update)
+    render_eval(console, report)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.as_dict(), indent=2, default=str), encoding="utf-8")
+        console.print(f"report written to {json_out}")
+    if report.leakage:
+        raise typer.Exit(1)
+
+
+@app.command()
+def calibrate(
+    dataset: Path = typer.Argument(..., help="A labelled dataset (docs/evaluation.md)."),
+    write: bool = typer.Option(False, "--write", help="Store the recommended thresholds as the dataset orgs' settings in --db."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the calibration as JSON here."),
+    db: Optional[str] = DB_OPTION,
+) -> None:
+    """Measure every threshold on labelled questions and recommend values for this corpus and model."""
+    import dataclasses
+    import json
+    import tempfile
+
+    from .evaluation.calibrate import calibrate as run_calibration
+    from .evaluation.dataset import load_dataset
+    from .evaluation.render import render_calibration
+
+    with _errors():
+        data = load_dataset(dataset)
+        orgs = sorted({q.org for q in data.questions})
+        with tempfile.TemporaryDirectory(prefix="dossier-calibrate-") as tmp, dossier.open(f"sqlite:///{tmp}/c.db") as engine:
+            engine.load_bundle(data.bundle)
+            with err.status("scanning thresholds") as status:
+                result = run_calibration(engine, data, orgs=orgs, progress=lambda name: status.update(f"scanning {name}"))
+        render_calibration(console, result)
+        if json_out is not None:
+            json_out.write_text(json.dumps(result.as_dict(), indent=2), encoding="utf-8")
+        if write:
+            with dossier.open(_url(db)) as target:
+                for org in orgs:
+                    target.save_org_settings(org, {"thresholds": dataclasses.asdict(result.thresholds)})
+            console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {_url(db)}")
+
+
 def main() -> None:
     try:
         app()

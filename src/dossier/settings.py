@@ -32,7 +32,8 @@ class Thresholds:
 #: Defaults per embedding model id. Unknown models get the class defaults (and a calibration hint).
 THRESHOLDS: Mapping[str, Thresholds] = MappingProxyType(
     {
-        "all-MiniLM-L6-v2": Thresholds(),
+        # Measured on examples/eval (calibrated on each half, checked on the other): docs/thresholds.md
+        "all-MiniLM-L6-v2": Thresholds(memory_semantic=0.30, selector_floor=0.55, fallback_low=0.25),
     }
 )
 

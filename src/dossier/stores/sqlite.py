@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -17,7 +18,7 @@ from ..identifiers import IdentifierKind, email_domain, normalize
 from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org
 from .fulltext import fts5_query
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
-from .vector_index import VectorIndex, exact_search
+from .vector_index import VectorIndex, exact_search_blocks
 
 _TABLES: dict[str, str] = {
     "org": "orgs", "caller": "callers", "record": "records",
@@ -28,12 +29,17 @@ _TABLES: dict[str, str] = {
 class SQLiteStore:
     """A :class:`~dossier.stores.base.Store` in one SQLite file."""
 
-    def __init__(self, path: str | Path, *, hnsw_min_rows: int = 200_000) -> None:
+    def __init__(self, path: str | Path, *, hnsw_min_rows: int = 200_000, vector_cache_bytes: int = 256 << 20) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.hnsw_min_rows = hnsw_min_rows
+        self.vector_cache_bytes = vector_cache_bytes  # bound of the per-parent vector blocks (LRU)
         self._lock = threading.RLock()
         self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        # (org, kind, parent) -> (keys, parents, matrix), valid for _block_generation[org]
+        self._parent_blocks: OrderedDict[tuple[str, str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._block_generation: dict[str, int] = {}
+        self._block_bytes = 0
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -49,6 +55,8 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._indexes.clear()
+            self._parent_blocks.clear()
+            self._block_bytes = 0
             self._db.close()
 
     def _migrate(self) -> None:
@@ -366,28 +374,66 @@ class SQLiteStore:
     ) -> list[Hit]:
         require_org(org, "search_vectors")
         if parents is not None:
-            keys, owners, matrix = self._vectors_of(kind, org, parents)
-            found = exact_search(keys, owners, matrix, vector, limit)
+            keys, owners, blocks = self._vectors_of(kind, org, parents)
+            found = exact_search_blocks(keys, owners, blocks, vector, limit)
         else:
             found = self._index(kind, org).search(vector, limit)
         return [Hit(id=k, parent=p, score=s) for k, p, s in found]
 
-    def _vectors_of(self, kind: str, org: str, parents: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rows: list[tuple] = []
-        for chunk in _chunks(list(parents)):
-            rows.extend(
-                self._query(
+    def _generation(self, org: str) -> int:
+        rows = self._query("SELECT generation FROM orgs WHERE id = ?", (org,))
+        return rows[0][0] if rows else -1
+
+    def _vectors_of(self, kind: str, org: str, parents: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The vectors of ``parents``: keys, parents and matrix blocks, in the order SQLite used to return them
+        (each chunk of 500 parents in sorted order, each parent's rows by rowid).
+
+        Each parent's block is cached for the org's current generation (any write to the org bumps it and
+        drops the org's blocks), so a record's vectors are read from SQLite once, not on every call.
+        """
+        with self._lock:
+            blocks = self._parent_blocks
+            generation = self._generation(org)
+            if generation < 0 or self._block_generation.get(org) != generation:
+                self._drop_blocks(org)
+                self._block_generation[org] = generation
+            order = [p for chunk in _chunks(list(parents)) for p in sorted(set(chunk))]
+            missing = sorted({p for p in order if (org, kind, p) not in blocks})
+            fresh: dict[str, list[tuple]] = {p: [] for p in missing}
+            for chunk in _chunks(missing):
+                for row in self._query(
                     f"SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ? "
-                    f"AND parent IN ({','.join('?' * len(chunk))})",
+                    f"AND parent IN ({','.join('?' * len(chunk))}) ORDER BY parent, rowid",
                     [org, kind, *chunk],
-                )
-            )
-        return _matrix(rows)
+                ):
+                    fresh[row[1]].append(row)
+            found = []
+            for p in order:
+                block = blocks.get((org, kind, p))
+                if block is None:
+                    block = _matrix(fresh[p])
+                    blocks[(org, kind, p)] = block
+                    self._block_bytes += _block_size(block)
+                else:
+                    blocks.move_to_end((org, kind, p))
+                found.append(block)
+            while self._block_bytes > self.vector_cache_bytes and len(blocks) > len(order):
+                _, dropped = blocks.popitem(last=False)
+                self._block_bytes -= _block_size(dropped)
+        nonempty = [b for b in found if len(b[0])]
+        if not nonempty:
+            return _matrix([])[0], _matrix([])[1], []
+        keys = np.concatenate([b[0] for b in nonempty])
+        owners = np.concatenate([b[1] for b in nonempty])
+        return keys, owners, [b[2] for b in nonempty]
+
+    def _drop_blocks(self, org: str) -> None:
+        for key in [k for k in self._parent_blocks if k[0] == org]:
+            self._block_bytes -= _block_size(self._parent_blocks.pop(key))
 
     def _index(self, kind: str, org: str) -> VectorIndex:
         with self._lock:
-            rows = self._query("SELECT generation FROM orgs WHERE id = ?", (org,))
-            generation = rows[0][0] if rows else -1
+            generation = self._generation(org)
             index = self._indexes.get((org, kind))
             if index is None or index.generation != generation or generation < 0:
                 keys, parents, matrix = _matrix(
@@ -484,6 +530,10 @@ def _matrix(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return keys, parents, np.zeros((0, 1), dtype=np.float32)
     matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
     return keys, parents, matrix
+
+
+def _block_size(block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+    return block[2].nbytes + 128 * len(block[0])  # the matrix, plus the key strings and array slots, roughly
 
 
 def _hash_of(item: Any) -> str:

@@ -56,7 +56,21 @@ def exact_search(
     """Top ``limit`` rows of ``matrix`` by dot product with ``query`` (cosine for normalised rows)."""
     if len(keys) == 0:
         return []
-    sims = matrix @ query.astype(np.float32)
+    return _top(keys, parents, matrix @ query.astype(np.float32), limit)
+
+
+def exact_search_blocks(
+    keys: np.ndarray, parents: np.ndarray, blocks: list[np.ndarray], query: np.ndarray, limit: int
+) -> list[tuple[str, str, float]]:
+    """:func:`exact_search` over the rows of ``blocks`` stacked in order, without copying them into one matrix."""
+    if len(keys) == 0:
+        return []
+    q = query.astype(np.float32)
+    sims = np.concatenate([block @ q for block in blocks]) if len(blocks) > 1 else blocks[0] @ q
+    return _top(keys, parents, sims, limit)
+
+
+def _top(keys: np.ndarray, parents: np.ndarray, sims: np.ndarray, limit: int) -> list[tuple[str, str, float]]:
     k = min(limit, len(sims))
     top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
     # Stable order: score descending, then key, so ties break the same on every backend.

@@ -1,0 +1,64 @@
+"""Terminal tables for evaluation and calibration reports."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .calibrate import Calibration
+from .metrics import METRICS
+from .runner import EvalReport
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def render_eval(console: Console, report: EvalReport) -> None:
+    table = Table(title=f"{report.dataset}: {report.questions} questions on {report.store}", title_justify="left")
+    table.add_column("category")
+    table.add_column("n", justify="right")
+    short = {"document_accuracy": "doc acc", "section_accuracy": "sec acc", "section_recall@3": "sec R@3",
+             "discovery": "discovery", "memory_recall": "mem R", "property_recall": "prop R", "edge_recall": "edge R",
+             "record_accuracy": "record", "abstention": "abstain"}  # fmt: skip
+    for metric in METRICS:
+        table.add_column(short[metric], justify="right")
+    for category, values in report.by_category.items():
+        table.add_row(category, str(report.counts[category]), *(_fmt(values[m]) for m in METRICS))
+    table.add_row("[bold]overall[/]", str(report.questions), *(f"[bold]{_fmt(report.overall[m])}[/]" for m in METRICS))
+    console.print(table, width=max(console.width, 140))
+    leak_style = "green" if report.leakage == 0 else "bold red"
+    console.print(
+        f"leakage: [{leak_style}]{report.leakage}[/]   latency p50 {report.latency_ms['p50']:.1f} ms, "
+        f"p95 {report.latency_ms['p95']:.1f} ms   model calls {report.model_calls}, tokens {report.tokens}"
+    )
+    for leak in report.leaked:
+        console.print(f"  [red]leaked[/] {leak}", highlight=False)
+    if report.losses:
+        losses = Table(title="where gold evidence was lost (last layer that had it: reason)", title_justify="left")
+        losses.add_column("layer: reason")
+        losses.add_column("gold items", justify="right")
+        for key, count in report.losses.items():
+            losses.add_row(key, str(count))
+        console.print(losses)
+
+
+def render_calibration(console: Console, calibration: Calibration) -> None:
+    table = Table(title=f"thresholds for {calibration.model}", title_justify="left")
+    for column in ("threshold", "current", "recommended", "objective", "quality by value"):
+        table.add_column(column, justify="left" if column in ("threshold", "objective", "quality by value") else "right")
+    for scan in calibration.scans:
+        marks = "  ".join(f"{v:g}:{q:.3f}" for v, q in sorted(scan.quality.items()))
+        table.add_row(scan.threshold, f"{scan.current:g}", f"{scan.recommended:g}", "+".join(scan.objective), marks)
+    console.print(table, width=max(console.width, 160))
+    dist = Table(title="candidate scores at recall: gold vs other", title_justify="left")
+    for column in ("source", "kind", "n", "p10", "p25", "median", "p75", "p90"):
+        dist.add_column(column, justify="left" if column in ("source", "kind") else "right")
+    for source, kinds in calibration.distributions.items():
+        for kind, stats in kinds.items():
+            dist.add_row(source, kind, *(f"{stats[k]:g}" for k in ("n", "p10", "p25", "median", "p75", "p90")))
+    console.print(dist)
+    before, after = calibration.before.overall, calibration.after.overall
+    console.print("quality before -> after: " + ", ".join(
+        f"{m} {_fmt(before[m])} -> {_fmt(after[m])}" for m in METRICS if before[m] is not None
+    ))  # fmt: skip
