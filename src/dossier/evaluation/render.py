@@ -26,7 +26,8 @@ def render_eval(console: Console, report: EvalReport) -> None:
     for category, values in report.by_category.items():
         table.add_row(category, str(report.counts[category]), *(_fmt(values[m]) for m in METRICS))
     table.add_row("[bold]overall[/]", str(report.questions), *(f"[bold]{_fmt(report.overall[m])}[/]" for m in METRICS))
-    console.print(table, width=max(console.width, 140))
+    console.width = max(console.width, 140)
+    console.print(table)
     leak_style = "green" if report.leakage == 0 else "bold red"
     console.print(
         f"leakage: [{leak_style}]{report.leakage}[/]   latency p50 {report.latency_ms['p50']:.1f} ms, "
@@ -50,7 +51,8 @@ def render_calibration(console: Console, calibration: Calibration) -> None:
     for scan in calibration.scans:
         marks = "  ".join(f"{v:g}:{q:.3f}" for v, q in sorted(scan.quality.items()))
         table.add_row(scan.threshold, f"{scan.current:g}", f"{scan.recommended:g}", "+".join(scan.objective), marks)
-    console.print(table, width=max(console.width, 160))
+    console.width = max(console.width, 160)
+    console.print(table)
     dist = Table(title="candidate scores at recall: gold vs other", title_justify="left")
     for column in ("source", "kind", "n", "p10", "p25", "median", "p75", "p90"):
         dist.add_column(column, justify="left" if column in ("source", "kind") else "right")
