@@ -1,0 +1,106 @@
+"""The evaluation harness on the project's own labelled set: metrics, leakage, evidence losses, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import dossier
+from dossier.cli import app
+from dossier.evaluation.dataset import Dataset, Question, load_dataset
+from dossier.evaluation.metrics import losses, score
+from dossier.evaluation.runner import run
+
+DATASET = Path(__file__).resolve().parents[2] / "examples" / "eval" / "sample-questions.json"
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Dataset:
+    return load_dataset(DATASET)
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory, embedder, dataset: Dataset):  # type: ignore[no-untyped-def]
+    with dossier.open(f"sqlite:///{tmp_path_factory.mktemp('eval')}/e.db", embedder=embedder) as engine:
+        engine.load_bundle(dataset.bundle)
+        yield engine
+
+
+def test_the_project_set_covers_every_category(dataset: Dataset) -> None:
+    categories = {q.category for q in dataset.questions}
+    assert len(dataset.questions) >= 80
+    assert {"direct", "paraphrase", "discovery", "memory", "property", "graph", "exact_code", "sibling",
+            "role_restricted", "tombstone", "merge", "cross_org", "unanswerable"} <= categories  # fmt: skip
+
+
+def test_full_run_has_no_leakage_and_reports_every_metric(loaded: dossier.Engine, dataset: Dataset) -> None:
+    report = run(loaded, dataset)
+    assert report.leakage == 0, report.leaked
+    assert report.questions == len(dataset.questions)
+    for metric in ("document_accuracy", "section_accuracy", "section_recall@3", "memory_recall", "record_accuracy"):
+        assert report.overall[metric] is not None and 0.0 <= report.overall[metric] <= 1.0
+    assert report.overall["record_accuracy"] == 1.0
+    assert report.latency_ms["p95"] >= report.latency_ms["p50"] > 0
+    # every lost gold item is attributed to a layer
+    assert all(": " in key for key in report.losses)
+    assert sum(report.losses.values()) == sum(len(r.losses) for r in report.results)
+
+
+def test_a_leak_is_counted_with_its_id(loaded: dossier.Engine, dataset: Dataset) -> None:
+    question = next(q for q in dataset.questions if q.gold.sections)
+    leaky = question.model_copy(update={"forbidden": list(question.gold.sections)})  # pretend the answer is forbidden
+    report = run(loaded, Dataset("leaky", dataset.bundle, [leaky], dataset.raw_bundle))
+    if report.results[0].metrics["section_recall@3"]:
+        assert report.leakage >= 1 and question.gold.sections[0] in " ".join(report.leaked)
+
+
+def test_losses_name_the_layer(loaded: dossier.Engine) -> None:
+    question = Question(id="t", org="northwind", caller="ana", record={"email": "jane@acme.com"},
+                        message="What pricing did we discuss?", gold={"memories": ["mem-0001"], "sections": ["doc-travel-s1"], "records": ["rec-jane"]})  # fmt: skip
+    response = loaded.retrieve({"mode": "brief", "record": question.record, "message": question.message,
+                                "trace": True, "budget": {"totalTokens": 300}}, org="northwind", caller="ana")  # fmt: skip
+    found = {(l.kind, l.id): (l.layer, l.reason) for l in losses(question, response)}
+    assert found[("sections", "doc-travel-s1")][0] in ("recall", "select")
+    assert ("memories", "mem-0001") in found
+    metrics = score(question, response, {})
+    assert metrics["memory_recall"] in (0.0, 1.0) and metrics["record_accuracy"] == 1.0
+
+
+def test_eval_cli_prints_tables_and_writes_json(tmp_path: Path) -> None:
+    small = json.loads(DATASET.read_text())
+    small["bundle"] = str(DATASET.parent / small["bundle"])
+    small["questions"] = small["questions"][:12]
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(small))
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(app, ["eval", str(path), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "overall" in result.stdout and "leakage: 0" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["questions"] == 12 and len(report["per_question"]) == 12 and report["leakage"] == 0
+
+
+def test_eval_cli_rejects_a_broken_dataset(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps({"bundle": {}, "questions": [{"id": "q", "org": "o"}]}))
+    result = CliRunner().invoke(app, ["eval", str(path)])
+    assert result.exit_code == 2 and "questions.0" in result.stderr
+
+
+def test_calibrate_writes_thresholds_that_later_calls_use(tmp_path: Path) -> None:
+    small = json.loads(DATASET.read_text())
+    small["bundle"] = str(DATASET.parent / small["bundle"])
+    small["questions"] = small["questions"][:20]
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(small))
+    db = f"sqlite:///{tmp_path}/target.db"
+    result = CliRunner().invoke(app, ["calibrate", str(path), "--write", "--db", db, "--json", str(tmp_path / "c.json")])
+    assert result.exit_code == 0, result.output
+    recommended = json.loads((tmp_path / "c.json").read_text())["recommended"]
+    with dossier.open(db) as engine:
+        stored = engine.store.get_settings(org="northwind")
+        assert stored == {"thresholds": recommended}
+        assert engine.settings_for("northwind").thresholds.memory_semantic == recommended["memory_semantic"]
