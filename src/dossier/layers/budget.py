@@ -77,13 +77,19 @@ def pack(call: Call) -> None:
     waiting: dict[SourceName, list[Any]] = {}
     for source in active:
         waiting[source] = _fill(call.candidates[source], allowance[source], packed[source], used, source)
-    spare = total - sum(used.values())
-    for source in sorted(waiting, key=lambda s: -allowance[s]):  # leftovers go to who still waits
-        if spare <= 0 or not waiting[source]:
-            continue
-        before = used[source]
-        waiting[source] = _fill(waiting[source], spare, packed[source], used, source, offset=before)
-        spare -= used[source] - before
+    # Bytes left unused go to sources that still have items waiting, in proportion to their shares,
+    # then whatever is still left to whoever still waits.
+    for proportional in (True, False):
+        spare = total - sum(used.values())
+        hungry = [s for s in waiting if waiting[s]]
+        mass = sum(allowance[s] for s in hungry) or 1
+        for source in sorted(hungry, key=lambda s: -allowance[s]):
+            spare = total - sum(used.values())
+            room = int(spare * allowance[source] / mass) if proportional else spare
+            if room <= 0:
+                continue
+            before = used[source]
+            waiting[source] = _fill(waiting[source], room, packed[source], used, source, offset=before)
     for source in SOURCE_NAMES:
         result = call.results[source]
         result.items = packed[source]

@@ -84,7 +84,7 @@ def select_sections(call: Call) -> None:
     chosen: list[tuple[SectionCandidate, str]] = []
     if not lexical_only and ranked[0].score >= t.clear_winner and gap >= t.clear_winner_margin:
         route.detail["selector"] = "clear_winner"
-        chosen.append((ranked[0], "high"))
+        chosen = _prefer_siblings(call, [(ranked[0], "high")], candidates)
     else:
         picks = _run_selector(call, candidates)
         by_id = {c.section_id: c for c in candidates}
