@@ -150,3 +150,11 @@ def test_a_bad_database_url_is_a_configuration_error() -> None:
     assert result.exit_code == 1
     [line] = result.stderr.splitlines()
     assert line.startswith("error:") and "mysql://localhost/x" in line
+
+
+@pytest.mark.parametrize("which", ["request", "response", "bundle", "dataset"])
+def test_published_schemas_in_docs_match_the_code(which: str) -> None:
+    import json
+
+    published = Path(__file__).resolve().parents[1] / "docs" / "schemas" / f"{which}.schema.json"
+    assert json.loads(published.read_text()) == cli.json_schemas(which), f"regenerate: dossier schema {which} > {published}"

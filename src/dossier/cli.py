@@ -192,17 +192,30 @@ def _read(path: Path) -> str:
 
 
 @app.command()
-def schema(which: str = typer.Argument("both", help="request | response | both")) -> None:
-    """Print the JSON Schema of the retrieve request and response."""
+def schema(which: str = typer.Argument("both", help="request | response | both | bundle | dataset")) -> None:
+    """Print a JSON Schema: the retrieve request and response, a bundle, or an evaluation dataset."""
     import json
 
+    print(json.dumps(json_schemas(which), indent=2))
+
+
+def json_schemas(which: str) -> dict:
+    from .bundle import Bundle
+    from .evaluation.dataset import dataset_schema
     from .schema import RetrieveResponse
 
-    schemas = {"request": RetrieveRequest.model_json_schema(), "response": RetrieveResponse.model_json_schema()}
-    if which not in ("request", "response", "both"):
-        err.print(f"error: unknown schema {which!r}; expected request, response or both")
+    makers = {
+        "request": RetrieveRequest.model_json_schema,
+        "response": RetrieveResponse.model_json_schema,
+        "bundle": Bundle.model_json_schema,
+        "dataset": dataset_schema,
+    }
+    if which == "both":
+        return {"request": makers["request"](), "response": makers["response"]()}
+    if which not in makers:
+        err.print(f"error: unknown schema {which!r}; expected request, response, both, bundle or dataset")
         raise typer.Exit(2)
-    print(json.dumps(schemas if which == "both" else schemas[which], indent=2))
+    return makers[which]()
 
 
 @app.command()
