@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 import dossier
-from tests.retrieve.conftest import fresh_engine, sample_engine  # noqa: F401 - shared fixtures
+from tests.retrieve.conftest import SAMPLE, fresh_engine, sample_engine  # noqa: F401 - shared fixtures
 from dossier.evaluation.dataset import Dataset, Question
 from dossier.evaluation.runner import run
 from dossier.loading import read_bundle
@@ -81,8 +81,6 @@ JANE_OLD_DISCOUNT = q(id="old", org="northwind", caller="ana", record={"email": 
 
 def _only(question: Question, engine: dossier.Engine) -> tuple[str, str]:
     import json
-
-    from ..retrieve.conftest import SAMPLE
 
     raw = json.loads(SAMPLE.read_text())
     report = run(engine, Dataset("one", read_bundle(raw), [question], raw))
