@@ -75,7 +75,7 @@ def test_metrics_match_hand_computed_values(tiny: dossier.Engine) -> None:
 
 
 JANE_OLD_DISCOUNT = q(id="old", org="northwind", caller="ana", record={"email": "jane@acme.com"},
-                      message="What discount did Jane get on her first Professional order, and who approved it?",
+                      message="How much of a price cut did she get on her initial purchase, and who signed off on it?",
                       gold={"memories": ["mem-0005"], "records": ["rec-jane"]})  # fmt: skip
 
 

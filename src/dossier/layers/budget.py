@@ -77,13 +77,13 @@ def pack(call: Call) -> None:
     waiting: dict[SourceName, list[Any]] = {}
     for source in active:
         waiting[source] = _fill(call.candidates[source], allowance[source], packed[source], used, source)
-    # Bytes left unused go to sources that still have items waiting, in proportion to their shares,
-    # then whatever is still left to whoever still waits.
+    # Bytes left unused go to sources that still have items waiting, in proportion to their shares;
+    # what is still left then goes to the smallest sources first (their items are the shortest).
     for proportional in (True, False):
         spare = total - sum(used.values())
         hungry = [s for s in waiting if waiting[s]]
         mass = sum(allowance[s] for s in hungry) or 1
-        for source in sorted(hungry, key=lambda s: -allowance[s]):
+        for source in sorted(hungry, key=lambda s: -allowance[s] if proportional else allowance[s]):
             spare = total - sum(used.values())
             room = int(spare * allowance[source] / mass) if proportional else spare
             if room <= 0:

@@ -170,13 +170,20 @@ class DocumentsSource:
         ]
         route.backend, route.detail["ranked"] = "direct", False
         if call.message and candidates:
-            vector = call.engine.embed_query(call.understanding.document_query or call.message)
+            query = call.understanding.document_query or call.message
+            parents = [d.id for d in documents]
             hits = call.store.search_vectors(
-                "section", vector, org=call.org, limit=len(candidates), parents=[d.id for d in documents]
+                "section", call.engine.embed_query(query), org=call.org, limit=len(candidates), parents=parents
             )
+            words = call.guarded(
+                "documents",
+                lambda: call.store.search_text("section", query, org=call.org, limit=len(candidates), parents=parents),
+                what="full-text ranking",
+            )
+            fused = call.engine.fuse([hits, words or []], call.settings.rrf_k)
             scores = {h.id: h.score for h in hits}
             for c in candidates:
-                c.score = scores.get(c.section_id, 0.0)
-            candidates.sort(key=lambda c: (-c.score, c.section_id))
-            route.backend, route.detail["ranked"] = "vector", True
+                c.score, c.fused = scores.get(c.section_id, 0.0), fused.get(c.section_id, 0.0)
+            candidates.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
+            route.backend, route.detail["ranked"] = ("hybrid" if words else "vector"), True
         return candidates

@@ -42,23 +42,34 @@ class MemoriesSource:
         return settings.semantic_memories_enabled and (allow is None or call.org in allow)
 
     def _semantic(self, call, record_ids: list[str], tier1: list[MemoryItem]) -> list[MemoryItem]:  # type: ignore[no-untyped-def]
+        """Tier 2: memories close to the question by meaning (above the floor) or by words (full
+        text), fused by reciprocal rank; the recent tier's own items are left out."""
         settings = call.settings
         floor = settings.thresholds.memory_semantic
-        hits = call.store.search_vectors(
-            "memory", call.query_vector(), org=call.org, parents=record_ids,
-            limit=settings.semantic_memories + len(tier1),
-        )  # fmt: skip
+        wanted = settings.semantic_memories + len(tier1)
+        hits = call.store.search_vectors("memory", call.query_vector(), org=call.org, parents=record_ids, limit=wanted)
         recent = {m.id: m for m in tier1}
-        wanted: dict[str, float] = {}
+        cosine = {h.id: h.score for h in hits}
+        for memory_id, score in cosine.items():
+            if memory_id in recent:
+                recent[memory_id].score = score
+        above = [h for h in hits if h.id not in recent and h.score >= floor]
+        words = call.guarded(
+            "memories",
+            lambda: call.store.search_text("memory", call.message, org=call.org, parents=record_ids, limit=wanted),
+            what="full-text memory search",
+        )
+        lexical = [h for h in words or [] if h.id not in recent]
+        fused = call.engine.fuse([above, lexical], settings.rrf_k) if lexical else {h.id: 1.0 / (i + 60) for i, h in enumerate(above)}
+        chosen = sorted(fused, key=lambda i: (-fused[i], i))[: settings.semantic_memories]
         for hit in hits:
-            if hit.id in recent:
-                recent[hit.id].score = hit.score
-            elif hit.score < floor:
+            if hit.id not in recent and hit.score < floor and hit.id not in chosen:
                 call.note("memories", hit.id, "recall", "dropped", "below_threshold", hit.score)
-            elif len(wanted) < settings.semantic_memories:
-                wanted[hit.id] = hit.score
-        found = call.store.get_memories(list(wanted), org=call.org)
-        return [
-            MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at, tier="semantic", score=wanted[m.id])
-            for m in found
-        ]
+        found = {m.id: m for m in call.store.get_memories(chosen, org=call.org)}
+        out = []
+        for memory_id in chosen:
+            m = found.get(memory_id)
+            if m is not None:
+                out.append(MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at,
+                                      tier="semantic", score=cosine.get(m.id)))  # fmt: skip
+        return out
