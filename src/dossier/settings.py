@@ -68,6 +68,10 @@ class Settings:
     discovered_records: int = 10
     document_candidates: int = 30  # per retriever, before fusion
     rrf_k: int = 60
+    # Memory tier 2 fuses meaning and words; on conversations words weigh more (measured on LoCoMo
+    # with a split by conversation: docs/evaluation.md).
+    memory_rrf_k: int = 10
+    memory_text_weight: float = 2.0
     graph_max_hops: int = 3
     graph_max_edges: int = 50
     include_stub_edges: bool = False

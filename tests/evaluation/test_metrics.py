@@ -1,5 +1,5 @@
-"""Metrics against hand-computed values on a tiny dataset, and the evidence trace naming the layer
-where an injected loss happened."""
+"""Metrics against hand-computed values on a tiny dataset (the evidence trace naming the layer of an
+injected loss is tested in tests/retrieve/test_evidence_trace.py, beside the sample-org fixtures)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import dataclasses
 import pytest
 
 import dossier
-from tests.retrieve.conftest import SAMPLE, fresh_engine, sample_engine  # noqa: F401 - shared fixtures
 from dossier.evaluation.dataset import Dataset, Question
 from dossier.evaluation.runner import run
 from dossier.loading import read_bundle
@@ -72,39 +71,3 @@ def test_metrics_match_hand_computed_values(tiny: dossier.Engine) -> None:
     losses = {(l.kind, l.id): (l.layer, l.reason) for l in by_id["leak"].losses}
     assert losses[("memories", "m-missing")] == ("recall", "never_recalled")
     assert [l.id for l in by_id["miss"].losses] == ["d-travel-1"]
-
-
-JANE_OLD_DISCOUNT = q(id="old", org="northwind", caller="ana", record={"email": "jane@acme.com"},
-                      message="How much of a price cut did she get on her initial purchase, and who signed off on it?",
-                      gold={"memories": ["mem-0005"], "records": ["rec-jane"]})  # fmt: skip
-
-
-def _only(question: Question, engine: dossier.Engine) -> tuple[str, str]:
-    import json
-
-    raw = json.loads(SAMPLE.read_text())
-    report = run(engine, Dataset("one", read_bundle(raw), [question], raw))
-    found = {(l.kind, l.id): (l.layer, l.reason) for l in report.results[0].losses}
-    return found.get(("memories", "mem-0005")) or found.get(("sections", "doc-refund-s3")) or ("", "")
-
-
-def test_raising_the_semantic_floor_loses_the_memory_at_recall(fresh_engine: dossier.Engine) -> None:
-    assert _only(JANE_OLD_DISCOUNT, fresh_engine) == ("", ""), "found at the shipped floor"
-    t = fresh_engine.settings.thresholds
-    fresh_engine.org_settings["northwind"] = fresh_engine.settings.replace(thresholds=dataclasses.replace(t, memory_semantic=0.99))
-    assert _only(JANE_OLD_DISCOUNT, fresh_engine) == ("recall", "below_threshold")
-
-
-def test_raising_the_selector_floors_loses_the_section_at_select(fresh_engine: dossier.Engine) -> None:
-    question = q(id="refund", org="northwind", caller="ana", message="How many days after purchase can a customer get a full refund?",
-                 gold={"documents": ["doc-refund"], "sections": ["doc-refund-s3"]})  # fmt: skip
-    assert _only(question, fresh_engine) == ("", "")
-    t = fresh_engine.settings.thresholds
-    strict = dataclasses.replace(t, selector_floor=0.99, clear_winner=0.99, fallback_low=0.99, supplementary=0.99, fallback_last=0.99)
-    fresh_engine.org_settings["northwind"] = fresh_engine.settings.replace(thresholds=strict)
-    assert _only(question, fresh_engine) == ("select", "not_selected")
-
-
-def test_a_tiny_budget_loses_the_memory_at_budget(fresh_engine: dossier.Engine) -> None:
-    question = JANE_OLD_DISCOUNT.model_copy(update={"request": {"budget": {"totalTokens": 40}}})
-    assert _only(question, fresh_engine) == ("budget", "over_budget")

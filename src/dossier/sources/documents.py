@@ -17,12 +17,12 @@ from ..layers.context import SectionCandidate
 from . import Skipped
 
 
-def rrf(rankings: list[list[Hit]], k: int) -> dict[str, float]:
-    """Reciprocal rank fusion (Cormack, Clarke and Büttcher, 2009): sum of 1 / (k + rank)."""
+def rrf(rankings: list[list[Hit]], k: int, weights: list[float] | None = None) -> dict[str, float]:
+    """Reciprocal rank fusion (Cormack, Clarke and Büttcher, 2009): sum of weight / (k + rank)."""
     fused: dict[str, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings)):
         for rank, hit in enumerate(ranking, start=1):
-            fused[hit.id] = fused.get(hit.id, 0.0) + 1.0 / (k + rank)
+            fused[hit.id] = fused.get(hit.id, 0.0) + weight / (k + rank)
     return fused
 
 

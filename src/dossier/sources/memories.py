@@ -60,7 +60,11 @@ class MemoriesSource:
             what="full-text memory search",
         )
         lexical = [h for h in words or [] if h.id not in recent]
-        fused = call.engine.fuse([above, lexical], settings.rrf_k) if lexical else {h.id: 1.0 / (i + 60) for i, h in enumerate(above)}
+        fused = (
+            call.engine.fuse([above, lexical], settings.memory_rrf_k, [1.0, settings.memory_text_weight])
+            if lexical
+            else {h.id: 1.0 / (i + 60) for i, h in enumerate(above)}
+        )
         chosen = sorted(fused, key=lambda i: (-fused[i], i))[: settings.semantic_memories]
         for hit in hits:
             if hit.id not in recent and hit.score < floor and hit.id not in chosen:
