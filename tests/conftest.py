@@ -1,29 +1,28 @@
 """Shared fixtures: the real embedding model (loaded once), a store per backend, an engine.
 
 To run the store contract against another backend, add its name to ``BACKENDS`` and one branch to
-``_open_store``; every test that takes ``store`` (or ``open_store``) then runs against it too.
+``store_url``; every test that takes ``store`` (or ``open_store``) then runs against it too.
+
+PostgreSQL is a real server (``tests/postgres_server.py``): ``DOSSIER_DATABASE_URL`` if it names one,
+else a throwaway pgserver started on first use; each test gets a database of its own.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
 import dossier
 from dossier.providers.embeddings import OnnxMiniLM
+from dossier.stores import store_from_url
 from dossier.stores.base import Store
-from dossier.stores.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite"]
+if TYPE_CHECKING:
+    from tests.postgres_server import TestServer
 
-
-def _open_store(backend: str, tmp_path: Path) -> Store:
-    """A new handle on the one database this test owns (a second call = another process)."""
-    if backend == "sqlite":
-        return SQLiteStore(tmp_path / "s.db")
-    raise ValueError(f"unknown backend {backend!r}")
+BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(scope="session")
@@ -31,13 +30,42 @@ def embedder() -> OnnxMiniLM:
     return OnnxMiniLM()
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator["TestServer"]:
+    """The session's PostgreSQL server, started on first use."""
+    from tests.postgres_server import start
+
+    server = start()
+    yield server
+    server.close()
+
+
 @pytest.fixture(params=BACKENDS)
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
-    """Opens handles on this test's database; every handle is closed after the test."""
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a new, empty store that this test owns."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path}/s.db"
+    elif backend == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        url = server.create_database()
+        yield url
+        server.drop_database(url)
+    else:
+        raise ValueError(f"unknown backend {backend!r}")
+
+
+@pytest.fixture
+def open_store(store_url: str) -> Iterator[Callable[[], Store]]:
+    """Opens handles on this test's database (a second handle = another process); all closed after the test."""
     handles: list[Store] = []
 
     def open_() -> Store:
-        handles.append(_open_store(request.param, tmp_path))
+        handles.append(store_from_url(store_url))
         return handles[-1]
 
     yield open_

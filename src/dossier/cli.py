@@ -26,6 +26,14 @@ console = Console()
 err = Console(stderr=True)
 DB_OPTION = typer.Option(None, "--db", help="Store URL (default: $DOSSIER_DATABASE_URL or sqlite:///dossier.db).")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+LLM_OPTION = typer.Option(
+    None, "--llm", envvar="DOSSIER_LLM",
+    help="Chat model for deep steps and synthesis: openai:<model> (honours OPENAI_BASE_URL and OPENAI_API_KEY).",
+)  # fmt: skip
+RERANK_OPTION = typer.Option(
+    None, "--rerank", envvar="DOSSIER_RERANK",
+    help="Reranker for deep calls: cross-encoder:<local dir>, openai:<model> or an http(s) rerank URL.",
+)  # fmt: skip
 
 
 def _url(db: str | None) -> str:
@@ -148,6 +156,11 @@ def retrieve(
     fetch: Optional[str] = typer.Option(None, "--fetch", help="Comma-separated document ids (fetch mode)."),
     as_json: bool = typer.Option(False, "--json", help="Print the raw response as JSON."),
     trace: bool = typer.Option(False, "--trace", help="Include the per-item evidence trace."),
+    synthesize: bool = typer.Option(False, "--synthesize", help="Also answer from the packed context (needs --llm)."),
+    deferred: bool = typer.Option(False, "--deferred", help="Synthesize in the background: the context prints at once, "
+                                  "the answer is stored for 'dossier result CALL_ID'."),
+    llm: Optional[str] = LLM_OPTION,
+    rerank: Optional[str] = RERANK_OPTION,
     db: Optional[str] = DB_OPTION,
 ) -> None:
     """One retrieve call about one record; prints a summary (or --json)."""
@@ -176,12 +189,49 @@ def retrieve(
             body["fetch"] = [f.strip() for f in fetch.split(",") if f.strip()]
         if trace:
             body["trace"] = True
-        with dossier.open(_url(db)) as engine:
+        if synthesize or deferred:
+            body["synthesize"] = True
+        if deferred:
+            body["deferred"] = True
+        with dossier.open(_url(db), llm=llm, reranker=rerank) as engine:
             response = engine.retrieve(body, org=org, caller=caller)
+            if as_json:
+                print(response.model_dump_json(indent=2))
+            else:
+                render_response(console, response)
+            sys.stdout.flush()
+            if response.synthesis is not None and response.synthesis.pending:
+                err.print(f"synthesis continues in the background; then: dossier result {response.call_id} "
+                          f"--org {org} --caller {caller}", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+        # leaving the block waits for a deferred synthesis to finish and be stored
+
+
+@app.command()
+def result(
+    call_id: str = typer.Argument(..., help="The call_id of a retrieve call made with deferred synthesis."),
+    org: str = typer.Option(..., "--org", envvar="DOSSIER_ORG", help="The caller's org."),
+    caller: str = typer.Option(..., "--caller", envvar="DOSSIER_CALLER", help="The caller that made the call."),
+    wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for a synthesis that is still running."),
+    as_json: bool = typer.Option(False, "--json", help="Print the synthesis as JSON."),
+    db: Optional[str] = DB_OPTION,
+) -> None:
+    """The synthesis of an earlier deferred call (exit code 3 while it is still running)."""
+    with _errors(), dossier.open(_url(db), llm="none", reranker="none") as engine:
+        synthesis = engine.result(call_id, org=org, caller=caller, wait=wait)
     if as_json:
-        print(response.model_dump_json(indent=2))
+        print(synthesis.model_dump_json(indent=2))
+    elif synthesis.pending:
+        console.print(f"call {call_id}: synthesis still running")
+    elif synthesis.answer is None:
+        console.print(f"call {call_id}: no answer ({synthesis.error})", markup=False, highlight=False)
     else:
-        render_response(console, response)
+        console.print(synthesis.answer, markup=False, highlight=False)
+        if synthesis.reasoning:
+            console.print(f"reasoning: {synthesis.reasoning}", markup=False, highlight=False, style="dim")
+        cited = ", ".join(f"{label}={item}" for label, item in synthesis.citations.items())
+        console.print(f"confidence {synthesis.confidence:g}; cited: {cited or 'nothing'}", markup=False, highlight=False)
+    if synthesis.pending:
+        raise typer.Exit(3)
 
 
 def _read(path: Path) -> str:
@@ -256,15 +306,19 @@ def eval_(
     store: Optional[str] = typer.Option(None, "--store", help="Store URL to evaluate on (default: a fresh temporary SQLite file)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report (per question) as JSON here."),
     depth: Optional[str] = typer.Option(None, "--depth", help="Request depth for every question."),
+    synthesize: bool = typer.Option(False, "--synthesize", help="Ask for synthesis on every question (cost per layer)."),
+    llm: Optional[str] = LLM_OPTION,
+    rerank: Optional[str] = RERANK_OPTION,
 ) -> None:
-    """Run a labelled dataset through retrieve: quality per category and layer, leakage, latency."""
+    """Run a labelled dataset through retrieve: quality per category and layer, leakage, latency, model cost."""
     import json
 
     from .evaluation.render import render_eval
     from .evaluation.runner import evaluate
 
     with _errors(), _progress("questions") as update:
-        report = evaluate(dataset, store_url=store, request={"depth": depth} if depth else None, progress=update)
+        request = {**({"depth": depth} if depth else {}), **({"synthesize": True} if synthesize else {})}
+        report = evaluate(dataset, store_url=store, request=request or None, progress=update, llm=llm, reranker=rerank)
     render_eval(console, report)
     if json_out is not None:
         json_out.write_text(json.dumps(report.as_dict(), indent=2, default=str), encoding="utf-8")
@@ -304,6 +358,134 @@ def calibrate(
                 for org in orgs:
                     target.save_org_settings(org, {"thresholds": dataclasses.asdict(result.thresholds)})
             console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {_url(db)}")
+
+
+# -- the service: keys, usage, HTTP and MCP servers (docs/service.md) ---------------------------------
+keys_app = typer.Typer(no_args_is_help=True, help="API keys of the HTTP and MCP servers (stored hashed).")
+app.add_typer(keys_app, name="keys")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@keys_app.command("create")
+def keys_create(
+    org: str = typer.Option(..., "--org", help="The org the key acts in."),
+    caller: str = typer.Option(..., "--caller", help="The caller the key acts as (its roles decide visibility)."),
+    name: Optional[str] = typer.Option(None, "--name", help="A label for people, shown by 'keys list'."),
+    db: Optional[str] = DB_OPTION,
+) -> None:
+    """Create an API key and print it once (only its hash is stored)."""
+    from .service import Service
+
+    with _errors(), dossier.open(_url(db)) as engine:
+        row, key = Service(engine).create_key(org, caller, name=name)
+    err.print(f"key {row.id} for caller {caller!r} of org {org!r}; it is shown once, store it now:", markup=False)
+    print(key)
+
+
+@keys_app.command("list")
+def keys_list(org: Optional[str] = typer.Option(None, "--org", help="Only this org's keys."), db: Optional[str] = DB_OPTION) -> None:
+    """List keys (ids, org, caller, when created and revoked; never the keys themselves)."""
+    from .service import Service
+
+    with _errors(), dossier.open(_url(db)) as engine:
+        rows = Service(engine).list_keys(org=org)
+    table = Table(title=f"{len(rows)} API key(s)", title_justify="left")
+    for column in ("id", "org", "caller", "name", "created", "revoked"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.id, r.org, r.caller, r.name or "", _when(r.created_at), _when(r.revoked_at) if r.revoked_at else "")
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str = typer.Argument(..., help="The key's id (from 'keys list'), or the key itself."),
+                db: Optional[str] = DB_OPTION) -> None:  # fmt: skip
+    """Revoke a key; requests with it are refused (401) from then on."""
+    from .service import Service, split_key
+
+    parts = split_key(key_id)
+    with _errors(), dossier.open(_url(db)) as engine:
+        Service(engine).revoke_key(parts[0] if parts else key_id)
+    console.print(f"revoked {parts[0] if parts else key_id}")
+
+
+@app.command()
+def usage(
+    org: str = typer.Option(..., "--org", help="The org whose ledger to sum."),
+    since: Optional[str] = typer.Option(None, "--since", help="From this UTC date (YYYY-MM-DD) on."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    db: Optional[str] = DB_OPTION,
+) -> None:
+    """An org's billing ledger: units charged up front per call, refunded when a call failed."""
+    import json
+    from datetime import datetime, timezone
+
+    from .service import Service
+
+    with _errors():
+        start = None
+        if since:
+            try:
+                start = datetime.strptime(since, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
+            except ValueError:
+                raise UsageError(f"--since {since!r} is not a date like 2025-01-31") from None
+        with dossier.open(_url(db)) as engine:
+            lines = Service(engine).usage(org, since=start)
+    if as_json:
+        print(json.dumps({"org": org, "items": [{"item": u.item, "calls": u.calls, "charged": u.charged,
+              "refunded": u.refunded, "net": u.net} for u in lines], "net": sum(u.net for u in lines)}, indent=2))  # fmt: skip
+        return
+    table = Table(title=f"usage of {org}" + (f" since {since}" if since else ""), title_justify="left")
+    for column in ("item", "calls", "charged", "refunded", "net"):
+        table.add_column(column, justify="left" if column == "item" else "right")
+    for u in lines:
+        table.add_row(u.item, str(u.calls), str(u.charged), str(u.refunded), str(u.net))
+    table.add_row("total", str(sum(u.calls for u in lines)), str(sum(u.charged for u in lines)),
+                  str(sum(u.refunded for u in lines)), str(sum(u.net for u in lines)), style="bold")  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    workers: int = typer.Option(1, "--workers", help="Worker processes (they share nothing but the store)."),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="Log one line per request."),
+    db: Optional[str] = DB_OPTION,
+) -> None:
+    """Serve the HTTP API (/v1/...) and MCP over streamable HTTP (/mcp); keys from 'dossier keys create'."""
+    import uvicorn
+
+    url = _url(db)
+    with _errors(), dossier.open(url):
+        pass  # fail here, in one line, if the store cannot be opened
+    os.environ["DOSSIER_DATABASE_URL"] = url
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("DOSSIER_EMBED_THREADS", str(max(1, cores // max(workers, 1))))
+    if host in LOOPBACK:  # MCP's DNS-rebinding check of the Host header, as the SDK does on loopback
+        os.environ["DOSSIER_ALLOWED_HOSTS"] = "127.0.0.1:*,localhost:*,[::1]:*"
+    err.print(f"dossier: serving {url} on http://{host}:{port} (API /v1, MCP /mcp, docs /docs)", markup=False)
+    uvicorn.run("dossier.http:app_from_env", factory=True, host=host, port=port, workers=workers,
+                access_log=access_log, log_level="info" if access_log else "warning")  # fmt: skip
+
+
+@app.command("mcp")
+def mcp_stdio(db: Optional[str] = DB_OPTION) -> None:
+    """Serve MCP over stdio as the caller of the key in $DOSSIER_API_KEY (for desktop MCP hosts)."""
+    from .mcp import serve_stdio
+    from .service import Service
+
+    with _errors(), dossier.open(_url(db)) as engine:
+        service = Service(engine)
+        service.authenticate(os.environ.get("DOSSIER_API_KEY"))
+        engine.embed_query("warm up")  # load the model before the first call
+        serve_stdio(service, os.environ.get("DOSSIER_API_KEY"))
+
+
+def _when(at: float | None) -> str:
+    from datetime import datetime, timezone
+
+    return "" if at is None else datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def main() -> None:

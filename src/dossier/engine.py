@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .bundle import Bundle, Document
 from .errors import UsageError
+from .layers.model_steps import ModelAugmenter, ModelFilterInferrer, ModelSelector
 from .layers.sections import HeuristicSelector, Selector
+from .layers.synthesize import DeferredResults
 from .layers.understand import Augmenter, FilterInferrer, NoAugmenter, RuleFilterInferrer
 from .loading import LoadReport, Progress, document_from_markdown, load_bundle
 from .providers.embeddings import CachedQueries, Embedder, embedder_from_spec
+from .providers.llm import ChatModel, llm_from_env, llm_from_spec
+from .providers.rerank import Reranker, reranker_from_env, reranker_from_spec
 from .retrieve import retrieve
-from .schema import RetrieveRequest, RetrieveResponse
+from .schema import RetrieveRequest, RetrieveResponse, Synthesis
 from .settings import Settings
 from .sources.documents import DocumentsSource, rrf
 from .sources.external import ExternalAdapter, ExternalSource
@@ -21,12 +26,21 @@ from .sources.memories import MemoriesSource
 from .sources.properties import PropertiesSource
 from .stores import store_from_url
 from .stores.base import Store
+from .stores.service_base import ServiceStore, service_store_from_url
 
 
 class Engine:
     """Entry point of the library. Open one with :func:`dossier.open`; close it (or use ``with``)."""
 
-    def __init__(self, store: Store, *, embedder: Embedder | str | None = None, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        embedder: Embedder | str | None = None,
+        settings: Settings | None = None,
+        llm: ChatModel | str | None = None,
+        reranker: Reranker | str | None = None,
+    ) -> None:
         self.store = store
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
@@ -37,10 +51,15 @@ class Engine:
         self.filter_inferrer: FilterInferrer = RuleFilterInferrer()
         self.augmenter: Augmenter = NoAugmenter()
         self.fuse = rrf
-        self.llm: object | None = None
+        self.llm: ChatModel | None = None  # set with use_llm(); None: every step is a heuristic
+        self.reranker: Reranker | None = reranker_from_spec(reranker) if isinstance(reranker, str) else reranker
+        self.use_llm(llm)
+        self._deferred = DeferredResults(lambda: self.store)
         self.external: dict[str, ExternalAdapter] = {}
         self.sources = (PropertiesSource(), MemoriesSource(), DocumentsSource(), GraphSource(), ExternalSource(self.external))
         self.org_settings: dict[str, Settings] = {}
+        self._service_store: ServiceStore | None = None
+        self._service_lock = threading.Lock()
 
     @property
     def embedder(self) -> Embedder:
@@ -57,6 +76,26 @@ class Engine:
         if self._settings is None:
             self._settings = Settings.for_model(self.embedder.model_id)
         return self._settings
+
+    @property
+    def service_store(self) -> ServiceStore:
+        """Expand sessions, API keys, audit, feedback and the ledger: tables in the same database as the
+        data (opened on first use; see dossier.stores.service_base)."""
+        with self._service_lock:
+            if self._service_store is None:
+                self._service_store = service_store_from_url(self.store.url)
+            return self._service_store
+
+    def use_llm(self, llm: ChatModel | str | None) -> None:
+        """Use ``llm`` (a chat model or ``openai:<model>``) for the model-backed steps of ``deep`` calls
+        (filter inference, rephrasings, section selection) and for synthesis; None turns them off."""
+        self.llm = llm_from_spec(llm) if isinstance(llm, str) else llm
+        if self.llm is None:
+            self.filter_inferrer, self.augmenter, self.selector = RuleFilterInferrer(), NoAugmenter(), HeuristicSelector()
+        else:
+            self.filter_inferrer = ModelFilterInferrer(self.llm)
+            self.augmenter = ModelAugmenter(self.llm)
+            self.selector = ModelSelector(self.llm)
 
     def settings_for(self, org: str) -> Settings:
         """The settings of ``org``: set on this engine, else stored for the org (``dossier calibrate
@@ -78,9 +117,21 @@ class Engine:
         self.external[adapter.name] = adapter
 
     # -- retrieving --------------------------------------------------------------------------------
-    def retrieve(self, request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str) -> RetrieveResponse:
-        """One call about one record: the layers of DESIGN.md section 2 in order (see dossier.retrieve)."""
-        return retrieve(self, request, org=org, caller=caller)
+    def retrieve(
+        self, request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None
+    ) -> RetrieveResponse:
+        """One call about one record: the layers of DESIGN.md section 2 in order (see dossier.retrieve).
+        ``call_id`` names the call in advance (the service charges and audits it under that id)."""
+        return retrieve(self, request, org=org, caller=caller, call_id=call_id)
+
+    def result(self, call_id: str, *, org: str, caller: str, wait: float = 0.0) -> Synthesis:
+        """The synthesis of an earlier ``deferred`` call (``pending`` while it runs; waits up to ``wait``
+        seconds for it). Only the org and caller that made the call can fetch it; NotFound otherwise."""
+        return self._deferred.get(call_id, org=org, caller=caller, wait=wait)
+
+    def defer(self, call_id: str, work: Any, *, org: str, caller: str) -> None:
+        """Run ``work`` (returning a Synthesis) in the background as the result of ``call_id``."""
+        self._deferred.submit(call_id, work, org=org, caller=caller)
 
     def embed_query(self, text: str):  # type: ignore[no-untyped-def]
         self.embedder  # noqa: B018 - binds the store on first use
@@ -120,6 +171,9 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
+        self._deferred.close()  # deferred syntheses still running finish and are stored first
+        if self._service_store is not None:
+            self._service_store.close()
         self.store.close()
 
     def __enter__(self) -> "Engine":
@@ -130,7 +184,16 @@ class Engine:
 
 
 def open_engine(
-    url: str | None = None, *, embedder: Embedder | str | None = None, settings: Settings | None = None
+    url: str | None = None,
+    *,
+    embedder: Embedder | str | None = None,
+    settings: Settings | None = None,
+    llm: ChatModel | str | None = None,
+    reranker: Reranker | str | None = None,
 ) -> Engine:
+    """Open an engine on the store at ``url``. ``llm`` is a chat model or ``openai:<model>``; left out,
+    it is read from ``DOSSIER_LLM`` (``"none"`` turns it off); ``reranker`` likewise from ``DOSSIER_RERANK``."""
     hnsw = settings.hnsw_min_rows if settings else Settings().hnsw_min_rows
-    return Engine(store_from_url(url, hnsw_min_rows=hnsw), embedder=embedder, settings=settings)
+    chat = llm_from_env() if llm is None else llm
+    rerank = reranker_from_env() if reranker is None else reranker
+    return Engine(store_from_url(url, hnsw_min_rows=hnsw), embedder=embedder, settings=settings, llm=chat, reranker=rerank)

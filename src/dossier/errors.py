@@ -4,7 +4,9 @@
     ├── UsageError                the caller's mistake; the message says what to change
     │   ├── OrgRequired           a store read or write without an org
     │   ├── InvalidRequest        a retrieve request that does not validate (names the field)
-    │   └── BundleError           a bundle that cannot load; ``problems`` lists each, with its item id
+    │   ├── BundleError           a bundle that cannot load; ``problems`` lists each, with its item id
+    │   ├── Unauthorized          no API key, or one that is unknown or revoked (HTTP 401)
+    │   └── Forbidden             a call id, session or item of another org (HTTP 403)
     ├── ConfigError               the installation or configuration is wrong
     │   └── MissingExtra          an adapter's optional dependency is absent; names the extra
     ├── NotFound                  an org, caller, record or document that does not exist
@@ -67,6 +69,14 @@ class BundleError(UsageError):
         first = "; ".join(str(p) for p in self.problems[:3])
         more = f" (and {len(self.problems) - 3} more)" if len(self.problems) > 3 else ""
         super().__init__(f"bundle has {len(self.problems)} problem(s): {first}{more}")
+
+
+class Unauthorized(UsageError):
+    """The service was called without an API key, or with one that is unknown or revoked."""
+
+
+class Forbidden(UsageError):
+    """The caller's key belongs to another org than the call, session or item it reaches for."""
 
 
 class ConfigError(DossierError):

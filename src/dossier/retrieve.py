@@ -18,15 +18,18 @@ from .layers.govern import govern
 from .layers.plan import plan
 from .layers.recall import recall
 from .layers.report import report
+from .layers.rerank import rerank
 from .layers.resolve import resolve
 from .layers.sections import select_sections
+from .layers.synthesize import synthesize
 from .layers.understand import understand
+from .providers.llm import metered
 from .schema import RetrieveRequest, RetrieveResponse
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-PIPELINE = (plan, resolve, understand, recall, govern, select_sections, pack, report)
+PIPELINE = (plan, resolve, understand, recall, govern, rerank, select_sections, pack, synthesize, report)
 
 
 def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveRequest:
@@ -44,7 +47,9 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
         raise InvalidRequest(f"invalid request: {where}: {message}", field=where) from None
 
 
-def retrieve(engine: "Engine", request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str) -> RetrieveResponse:
+def retrieve(
+    engine: "Engine", request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None
+) -> RetrieveResponse:
     parsed = parse_request(request)
     if not org or engine.store.get_org(org=org) is None:
         raise NotFound(f"unknown org {org!r}")
@@ -52,7 +57,10 @@ def retrieve(engine: "Engine", request: RetrieveRequest | Mapping[str, Any], *, 
     if who is None:
         raise NotFound(f"unknown caller {caller!r} in org {org!r}")
     call = Call(engine=engine, request=parsed, org=org, caller=who, settings=engine.settings_for(org))
-    for layer in PIPELINE:
-        layer(call)
+    if call_id:  # the service names the call before it runs: it is charged up front under that id
+        call.call_id = call_id
+    with metered(call.meter):  # every model request of this call is counted on it
+        for layer in PIPELINE:
+            layer(call)
     assert call.response is not None
     return call.response

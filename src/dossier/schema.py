@@ -192,11 +192,23 @@ class BudgetReport(BaseModel):
 
 
 class Synthesis(BaseModel):
+    """An answer from the packed context (``answer`` is None when there is none: see ``error``).
+
+    ``sources_used`` are the ids of the returned items the answer cites; ``citations`` maps each label
+    cited in the answer (``M2``, ``D1``, ...) to its item id; ``unknown_citations`` are labels the model
+    cited that name no item. ``pending`` is true while a deferred synthesis runs (fetch it with
+    ``Engine.result(call_id)``); ``usage`` is a deferred synthesis's model cost (a synchronous one is
+    counted in ``route["model"]``)."""
+
     answer: str | None = None
     reasoning: str | None = None
     confidence: float | None = None
     sources_used: list[str] = Field(default_factory=list)
     error: str | None = None
+    citations: dict[str, str] = Field(default_factory=dict)
+    unknown_citations: list[str] = Field(default_factory=list)
+    pending: bool = False
+    usage: dict[str, Any] | None = None
 
 
 class TraceEntry(BaseModel):

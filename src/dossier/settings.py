@@ -53,6 +53,25 @@ class Shares:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServiceSettings:
+    """Layer 10 (sessions, billing) and the limits of the HTTP and MCP front ends (docs/service.md)."""
+
+    session_idle_seconds: float = 3600.0  # an expand session expires after this long unused
+    # billing: units charged up front per call, by depth, plus a surcharge when synthesis is asked for;
+    # refunded when the call throws. An expand page costs what a fast call costs.
+    cost_fast: int = 1
+    cost_standard: int = 2
+    cost_deep: int = 5
+    cost_expand: int = 1
+    cost_synthesis: int = 5
+    # request bodies over these many bytes are refused with 413 before they are parsed
+    max_retrieve_bytes: int = 1 << 20  # 1 MiB: POST /v1/retrieve, /v1/feedback, the MCP endpoint
+    max_item_bytes: int = 5 << 20  # 5 MiB: POST /v1/records, /v1/memories, /v1/documents
+    max_bundle_bytes: int = 20 << 20  # 20 MiB: POST /v1/bundles
+    call_threads: int = 2  # threads per server process running retrieve calls (CPU-bound, one GIL)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything tunable. Per-call values merge over these with :meth:`replace`."""
 
@@ -92,6 +111,8 @@ class Settings:
     # timeouts (seconds)
     filter_timeout: float = 5.0
     external_timeout: float = 3.0
+    # service: sessions, billing, front-end limits
+    service: ServiceSettings = field(default_factory=ServiceSettings)
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -108,6 +129,8 @@ class Settings:
             changes["thresholds"] = dataclasses.replace(self.thresholds, **changes["thresholds"])
         if "shares" in changes:
             changes["shares"] = dataclasses.replace(self.shares, **changes["shares"])
+        if "service" in changes:
+            changes["service"] = dataclasses.replace(self.service, **changes["service"])
         if changes.get("semantic_memory_orgs") is not None:
             changes["semantic_memory_orgs"] = frozenset(changes["semantic_memory_orgs"])
         return dataclasses.replace(self, **changes)

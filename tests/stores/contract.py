@@ -692,6 +692,8 @@ READS: dict[str, Callable[[Store, Any], Any]] = {
     "counts": lambda s, org: s.counts(org=org),
     "get_settings": lambda s, org: s.get_settings(org=org) or {},
     "put_settings": lambda s, org: s.put_settings({"thresholds": {"memory_semantic": 0.4}}, org=org) or {},
+    "put_result": lambda s, org: s.put_result("call-1", {"answer": "yes"}, org=org) or {},
+    "get_result": lambda s, org: s.get_result("call-1", org=org) or {},
 }
 
 
@@ -702,6 +704,15 @@ def test_org_settings_round_trip_per_org(store: Store, embedder: Any) -> None:
     store.put_settings({"thresholds": {"memory_semantic": 0.6}}, org="acme")  # replaces
     assert store.get_settings(org="acme") == {"thresholds": {"memory_semantic": 0.6}}
     assert store.get_settings(org="beta") is None
+
+
+def test_results_round_trip_per_org(store: Store, embedder: Any) -> None:
+    write_world(store, embedder, "acme")
+    assert store.get_result("call-1", org="acme") is None
+    store.put_result("call-1", {"synthesis": {"pending": True}}, org="acme")
+    store.put_result("call-1", {"synthesis": {"answer": "Yes [D1]", "confidence": 0.8}}, org="acme")  # replaces
+    assert store.get_result("call-1", org="acme") == {"synthesis": {"answer": "Yes [D1]", "confidence": 0.8}}
+    assert store.get_result("call-1", org="beta") is None
 
 
 def test_every_org_scoped_method_of_the_protocol_is_checked() -> None:

@@ -39,6 +39,24 @@ class QuestionResult:
     returned: dict[str, list[str]] = field(default_factory=dict)
     gold: dict[str, set[str]] = field(default_factory=dict)  # memory | property | section -> gold ids
     candidate_scores: dict[str, list[tuple[str, float, bool]]] = field(default_factory=dict)
+    model: dict[str, dict[str, int]] = field(default_factory=dict)  # layer -> calls, tokens (model_cost)
+
+
+#: The layer each model step belongs to (``route["model"].detail["steps"]`` is keyed by step).
+STEP_LAYERS = {"filters": "understand", "rephrase": "understand", "rerank": "rerank", "select": "select",
+               "synthesize": "synthesize"}  # fmt: skip
+COST_FIELDS = ("calls", "errors", "prompt_tokens", "cached_tokens", "completion_tokens")
+
+
+def model_cost(response: RetrieveResponse) -> dict[str, dict[str, int]]:
+    """Model calls and tokens of one response, per layer (from the model route; empty without a model)."""
+    route = response.route.get("model")
+    out: dict[str, dict[str, int]] = {}
+    for step, used in (route.detail.get("steps", {}) if route else {}).items():
+        layer = out.setdefault(STEP_LAYERS.get(step, step), dict.fromkeys(COST_FIELDS, 0))
+        for name in COST_FIELDS:
+            layer[name] += int(used.get(name, 0))
+    return out
 
 
 def _recall(gold: list[str], got: list[str]) -> float | None:

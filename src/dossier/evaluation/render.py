@@ -35,6 +35,15 @@ def render_eval(console: Console, report: EvalReport) -> None:
     )
     for leak in report.leaked:
         console.print(f"  [red]leaked[/] {leak}", highlight=False)
+    if report.model_by_layer:
+        cost = Table(title="model cost per layer (all questions)", title_justify="left")
+        for column in ("layer", "calls", "errors", "prompt tokens", "cached", "completion tokens", "per question"):
+            cost.add_column(column, justify="left" if column == "layer" else "right")
+        for layer, used in report.model_by_layer.items():
+            per_question = (used["prompt_tokens"] + used["completion_tokens"]) / max(report.questions, 1)
+            cost.add_row(layer, str(used["calls"]), str(used["errors"]), str(used["prompt_tokens"]),
+                         str(used["cached_tokens"]), str(used["completion_tokens"]), f"{per_question:.0f}")  # fmt: skip
+        console.print(cost)
     if report.losses:
         losses = Table(title="where gold evidence was lost (last layer that had it: reason)", title_justify="left")
         losses.add_column("layer: reason")

@@ -14,7 +14,7 @@ from ..engine import Engine, open_engine
 from ..providers.embeddings import Embedder
 from .dataset import Dataset, Question, load_dataset
 from .leakage import World, leaks
-from .metrics import METRICS, QuestionResult, candidate_scores, losses, score
+from .metrics import COST_FIELDS, METRICS, QuestionResult, candidate_scores, losses, model_cost, score
 
 DEFAULT_REQUEST = {"mode": "brief", "budget": {"totalTokens": 8000}}
 
@@ -31,19 +31,21 @@ class EvalReport:
     leaked: list[str]
     latency_ms: dict[str, float]
     model_calls: int
-    tokens: int
+    tokens: int  # prompt + completion tokens of every model call
     losses: dict[str, int]  # "layer: reason" -> count
     results: list[QuestionResult] = field(default_factory=list, repr=False)
+    model_by_layer: dict[str, dict[str, int]] = field(default_factory=dict)  # layer -> calls, errors, tokens
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset, "store": self.store, "questions": self.questions, "overall": self.overall,
             "by_category": self.by_category, "counts": self.counts, "leakage": self.leakage, "leaked": self.leaked,
-            "latency_ms": self.latency_ms, "model_calls": self.model_calls, "tokens": self.tokens, "losses": self.losses,
+            "latency_ms": self.latency_ms, "model_calls": self.model_calls, "tokens": self.tokens,
+            "model_by_layer": self.model_by_layer, "losses": self.losses,
             "per_question": [
                 {"id": r.id, "category": r.category, "metrics": r.metrics, "latency_ms": round(r.latency_ms, 2),
                  "leaks": r.leaks, "losses": [f"{l.kind} {l.id}: {l.layer} {l.reason}" for l in r.losses],
-                 "returned": r.returned}
+                 "returned": r.returned, "model": r.model}
                 for r in self.results
             ],
         }  # fmt: skip
@@ -88,6 +90,7 @@ def run(engine: Engine, dataset: Dataset, *, request: dict[str, Any] | None = No
                 candidate_scores=candidate_scores(question, response),
                 gold={"memory": set(question.gold.memories), "property": set(question.gold.properties),
                       "section": set(question.gold.sections)},
+                model=model_cost(response),
             )
         )  # fmt: skip
         if progress:
@@ -102,6 +105,12 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
     loss_counts = Counter(f"{l.layer}: {l.reason}" for r in results for l in r.losses)
     leaked = sorted({f"{r.id}: {leak}" for r in results for leak in r.leaks})
     latencies = [r.latency_ms for r in results]
+    by_layer: dict[str, dict[str, int]] = {}
+    for r in results:
+        for layer, used in r.model.items():
+            into = by_layer.setdefault(layer, dict.fromkeys(COST_FIELDS, 0))
+            for name in COST_FIELDS:
+                into[name] += used[name]
     return EvalReport(
         dataset=name, store=store, questions=len(results),
         overall={m: _mean([r.metrics[m] for r in results]) for m in METRICS},
@@ -110,16 +119,20 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
         leakage=len(leaked), leaked=leaked,
         latency_ms={"p50": round(statistics.median(latencies), 2) if latencies else 0.0,
                     "p95": round(_percentile(latencies, 0.95), 2)},
-        model_calls=0, tokens=0, losses=dict(loss_counts.most_common()), results=results,
+        model_calls=sum(u["calls"] for u in by_layer.values()),
+        tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in by_layer.values()),
+        losses=dict(loss_counts.most_common()), results=results, model_by_layer=by_layer,
     )  # fmt: skip
 
 
 def evaluate(path: str | Path, *, store_url: str | None = None, embedder: Embedder | str | None = None,
-             request: dict[str, Any] | None = None, progress: Callable[[int, int], None] | None = None) -> EvalReport:  # fmt: skip
-    """Load the dataset into a fresh store (a temporary SQLite file unless ``store_url``) and run it."""
+             request: dict[str, Any] | None = None, progress: Callable[[int, int], None] | None = None,
+             llm: Any = None, reranker: Any = None) -> EvalReport:  # fmt: skip
+    """Load the dataset into a fresh store (a temporary SQLite file unless ``store_url``) and run it.
+    ``llm`` / ``reranker`` as for :func:`dossier.open` (left out: ``DOSSIER_LLM`` / ``DOSSIER_RERANK``)."""
     dataset = load_dataset(path)
     with tempfile.TemporaryDirectory(prefix="dossier-eval-") as tmp:
         url = store_url or f"sqlite:///{tmp}/eval.db"
-        with open_engine(url, embedder=embedder) as engine:
+        with open_engine(url, embedder=embedder, llm=llm, reranker=reranker) as engine:
             engine.load_bundle(dataset.bundle)
             return run(engine, dataset, request=request, progress=progress, store_label=store_url or "sqlite (temporary)")

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..bundle import Caller, Document, Record
+from ..errors import ProviderTimeout
+from ..providers.llm import Meter
+from ..providers.pii import Masker
 from ..schema import (
     SOURCE_NAMES,
     Depth,
@@ -19,6 +22,7 @@ from ..schema import (
     Route,
     SourceName,
     SourceResult,
+    Synthesis,
     TraceEntry,
 )
 from ..settings import Settings
@@ -35,6 +39,8 @@ class Plan:
     requested_depth: Depth
     effective_depth: Depth
     depth_fallback: str | None = None
+    model_steps: bool = False  # deep with a model configured: the model-backed steps run
+    deep_fallbacks: dict[str, str] = field(default_factory=dict)  # step -> "deep_timeout: rules", ...
 
 
 @dataclass
@@ -72,6 +78,7 @@ class SectionCandidate:
     vector_rank: int | None = None
     text_rank: int | None = None
     text_score: float = 0.0  # full-text score relative to the best full-text hit of this call (0..1)
+    rerank: float | None = None  # reranker score, when one ran (higher is better; its own scale)
 
     @property
     def lexical_only(self) -> bool:
@@ -100,8 +107,11 @@ class Call:
     trace: list[TraceEntry] = field(default_factory=list)
     shares: dict[str, int] = field(default_factory=dict)
     degraded: bool = False
+    synthesis: Synthesis | None = None
+    meter: Meter = field(default_factory=Meter)
     response: RetrieveResponse | None = None
     _query_vector: np.ndarray | None = None
+    _masker: Masker | None = None
 
     @property
     def store(self) -> Store:
@@ -115,6 +125,39 @@ class Call:
         if self._query_vector is None:
             self._query_vector = self.engine.embed_query(self.message)
         return self._query_vector
+
+    def masker(self, *, fresh: bool = False) -> Masker:
+        """Masks the personal data of the resolved record (and its aliases) in what a model is sent. The
+        call keeps one; ``fresh`` gives a new one, whose placeholders depend only on what it masks."""
+        if self._masker is None or fresh:
+            res = self.resolution
+            records = [] if res.record is None or res.tombstone else [res.record, *res.aliases]
+            if fresh:
+                return Masker.for_records(records)
+            self._masker = Masker.for_records(records)
+        return self._masker
+
+    def step_failed(self, step: str, error: BaseException, *, fallback: str) -> str:
+        """A model step of a deep call failed and ``fallback`` ran instead: the call goes on at standard
+        depth for that step, and the documents route says so (``deep_timeout`` or ``deep_error``)."""
+        reason = "deep_timeout" if isinstance(error, ProviderTimeout) else "deep_error"
+        assert self.plan is not None
+        self.plan.effective_depth = "standard"
+        self.plan.depth_fallback = self.plan.depth_fallback or reason
+        self.plan.deep_fallbacks[step] = f"{reason}: {fallback}"
+        if step in ("filters", "rephrase") and "understand" in self.route:
+            self.route["understand"].detail.setdefault("deep_fallbacks", {})[step] = f"{reason}: {fallback}"
+        documents = self.route.get("documents")
+        if documents is not None and documents.requested_depth is not None:
+            documents.effective_depth = "standard"
+            documents.fallback_reason = documents.fallback_reason or self.plan.depth_fallback
+            documents.detail["deep_fallbacks"] = dict(self.plan.deep_fallbacks)
+        text = f"{step} step failed, {fallback} used: {type(error).__name__}: {error}"
+        if self.enabled("documents"):
+            self.fail("documents", text, keep_items=True)
+        else:
+            self.degraded = True
+        return reason
 
     def enabled(self, source: SourceName) -> bool:
         return bool(self.plan and self.plan.sources.get(source))

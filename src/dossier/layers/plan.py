@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..errors import InvalidRequest, UsageError
+from ..errors import InvalidRequest
 from ..schema import SOURCE_NAMES, Mode, RetrieveRequest, SourceName
 from .context import Call, Plan
+from .session import restore
 
 MODE_SOURCES: dict[Mode, frozenset[SourceName]] = {
     "brief": frozenset({"properties", "memories", "documents", "graph"}),
@@ -47,8 +48,8 @@ def plan(call: Call) -> None:
     if mode == "filter" and (request.filters is None or request.filters.empty) and not request.message:
         raise InvalidRequest("filter mode needs 'filters' (doc_types or tags) or a message", field="filters")
     if mode == "expand":
-        # Continuations are issued by sessions; until a call has issued one, none can be valid.
-        raise UsageError(f"continuation {request.continuation!r} is unknown or has expired")
+        restore(call)  # layer 10: the next page of an earlier call's leftovers (layers/session.py)
+        return
     requested = request.depth
     effective, fallback = requested, None
     if requested == "deep" and getattr(call.engine, "llm", None) is None:
@@ -59,4 +60,5 @@ def plan(call: Call) -> None:
         requested_depth=requested,
         effective_depth=effective,
         depth_fallback=fallback,
+        model_steps=effective == "deep",  # fast and standard never call a model (synthesis is asked for apart)
     )

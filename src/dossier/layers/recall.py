@@ -21,6 +21,8 @@ def recall(call: Call) -> None:
             route.effective_depth = call.plan.effective_depth
             if call.plan.depth_fallback:
                 route.fallback_reason = call.plan.depth_fallback
+            if call.plan.deep_fallbacks:
+                route.detail["deep_fallbacks"] = dict(call.plan.deep_fallbacks)
         route.ran = True
         result.status = "empty"
         try:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Synthesis
+from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Route, Synthesis
 from .context import Call
+from .session import keep
 
 
 def report(call: Call) -> None:
@@ -20,9 +21,13 @@ def report(call: Call) -> None:
         if not res.tombstone:
             record.aliases = [a.id for a in res.aliases]
             record.merged_from = list(res.merged_from)
-    synthesis = None
-    if call.request.synthesize:
+    synthesis = call.synthesis  # layer 8 (layers/synthesize.py)
+    if synthesis is None and call.request.synthesize:
         synthesis = Synthesis(error="synthesis needs a chat model: set DOSSIER_LLM=openai:<model>")
+    llm = getattr(call.engine, "llm", None)
+    if call.meter.calls or llm is not None:  # what the model steps of this call cost, per step
+        call.route["model"] = Route(ran=bool(call.meter.calls), backend=getattr(llm, "name", None), detail=call.meter.summary())
+    continuation = keep(call)  # layer 10: what did not fit waits in a session (layers/session.py)
     call.response = RetrieveResponse(
         call_id=call.call_id,
         mode=call.plan.mode,
@@ -37,5 +42,6 @@ def report(call: Call) -> None:
             dropped={s: call.results[s].dropped for s in SOURCE_NAMES},
         ),
         synthesis=synthesis,
+        continuation=continuation,
         trace=call.trace if call.request.trace else None,
     )

@@ -3,6 +3,10 @@
 1. A clear winner (top score >= 0.55, ahead of the second by >= 0.12) is taken without a selector,
    unless lexical-only candidates are present (their cosine score undersells an exact match).
 2. Otherwise a :class:`Selector` picks at most three sections (first relevance >= 3/5, others >= 4/5).
+   The model-backed selector (:mod:`dossier.layers.model_steps`) runs only in ``deep`` calls with a
+   model; a pick that names no section of a candidate document is ignored and reported
+   (``unknown_picks``). If it fails, or none of its picks exists, the heuristic picks and the documents
+   route says ``deep_timeout`` / ``deep_error`` (``selector_fallback: selector_error``).
 3. A more specific sibling document replaces a pick (its title ends with the pick's title and is
    longer, and it scores >= 80% of the pick), keeping the same section where it has one. What makes
    it more specific (the title's extra words, "EMEA") must be named by the question or the resolved
@@ -77,7 +81,7 @@ def select_sections(call: Call) -> None:
         call.candidates["documents"] = [_item(call, c, "high") for c in candidates]
         return
     t, settings = call.settings.thresholds, call.settings
-    ranked = sorted(candidates, key=lambda c: (-c.score, c.section_id))
+    ranked = sorted(candidates, key=rank_key)
     lexical_only = [c for c in candidates if c.lexical_only]
     gap = ranked[0].score - (ranked[1].score if len(ranked) > 1 else 0.0)
     route.detail["lexical_only"] = len(lexical_only)
@@ -86,8 +90,7 @@ def select_sections(call: Call) -> None:
         route.detail["selector"] = "clear_winner"
         chosen = _prefer_siblings(call, [(ranked[0], "high")], candidates)
     else:
-        picks = _run_selector(call, candidates)
-        by_id = {c.section_id: c for c in candidates}
+        picks, by_id = _run_selector(call, candidates)
         for pick in picks:
             need = settings.first_pick_relevance if not chosen else settings.other_pick_relevance
             if len(chosen) < settings.max_picks and pick.relevance >= need and pick.section_id in by_id:
@@ -111,20 +114,85 @@ def select_sections(call: Call) -> None:
     call.candidates["documents"] = [_item(call, c, confidence) for c, confidence in chosen]
 
 
-def _run_selector(call: Call, candidates: list[SectionCandidate]) -> list[Pick]:
+def rank_key(c: SectionCandidate) -> tuple:
+    """Best first: by reranker score when a reranker ran (layers/rerank.py), else by cosine score."""
+    return (c.rerank is None, -(c.rerank or 0.0), -c.score, c.section_id)
+
+
+def _run_selector(call: Call, candidates: list[SectionCandidate]) -> tuple[list[Pick], dict[str, SectionCandidate]]:
+    """The selector's picks and the candidates they may name. A model-backed selector runs only when the
+    plan allows model steps; it sees the masked question; if it fails, or names only sections that do
+    not exist, the heuristic picks instead and the route says why."""
     route = call.route["documents"]
     selector: Selector = call.engine.selector
     t = call.settings.thresholds
     heuristic = HeuristicSelector(floor=t.selector_floor, lexical_weight=t.lexical_weight)
-    if call.plan and call.plan.effective_depth != "deep":
-        selector = heuristic
+    model = bool(getattr(selector, "uses_model", False))
+    if call.plan and not call.plan.model_steps:
+        selector, model = heuristic, False
     route.detail["selector"] = selector.name
+    by_id = {c.section_id: c for c in candidates}
+    ordered = sorted(candidates, key=rank_key)
     try:
-        return selector.select(call.message, candidates, call.documents)
+        if not model:
+            return selector.select(call.message, ordered, call.documents), by_id
+        # documents first, in id order, then the question: the same candidates give the same prompt prefix
+        masker = call.masker(fresh=True)
+        documents = {i: _masked(call.documents[i], masker) for i in sorted(call.documents)}
+        picks = selector.select(masker.mask(call.message), ordered, documents)
+        picks = _known_picks(call, picks, by_id)
+        if not picks and route.detail.get("unknown_picks"):
+            raise ValueError(f"picked only sections that do not exist: {', '.join(route.detail['unknown_picks'])}")
+        return picks, by_id
     except Exception as exc:  # noqa: BLE001 - selector failure falls back to the heuristic
-        call.fail("documents", f"selector {selector.name} failed: {type(exc).__name__}: {exc}", keep_items=True)
-        route.fallback_reason, route.detail["selector"] = "selector_error", heuristic.name
-        return heuristic.select(call.message, candidates, call.documents)
+        route.detail["selector"] = heuristic.name
+        if model:
+            call.step_failed("select", exc, fallback=heuristic.name)
+            route.detail["selector_fallback"] = "selector_error"
+        else:
+            call.fail("documents", f"selector {selector.name} failed: {type(exc).__name__}: {exc}", keep_items=True)
+            route.fallback_reason = "selector_error"
+        return heuristic.select(call.message, ordered, call.documents), by_id
+
+
+def _masked(document: Document, masker) -> Document:  # type: ignore[no-untyped-def]
+    """``document`` with personal data masked in its title, headings and texts (ids stay)."""
+    sections = tuple(s.model_copy(update={"heading": masker.mask(s.heading), "text": masker.mask(s.text)})
+                     for s in document.sections)  # fmt: skip
+    return document.model_copy(update={"title": masker.mask(document.title), "sections": sections})
+
+
+def _known_picks(call: Call, picks: list[Pick], by_id: dict[str, SectionCandidate]) -> list[Pick]:
+    """Picks that name a section of a candidate document (the catalogue the selector saw). A section the
+    search did not return joins the candidates with its cosine score; ids that exist nowhere are
+    ignored and reported in ``route.detail["unknown_picks"]``."""
+    route = call.route["documents"]
+    owner = {s.id: d.id for d in call.documents.values() for s in d.sections}
+    candidate_docs = {c.document_id for c in by_id.values()}
+    known: list[Pick] = []
+    unknown: list[str] = []
+    for pick in picks:
+        if pick.section_id in by_id:
+            known.append(pick)
+        elif owner.get(pick.section_id) in candidate_docs:
+            by_id[pick.section_id] = _scored(call, pick.section_id, owner[pick.section_id])
+            call.note("documents", pick.section_id, "select", "kept", "picked_from_catalogue", by_id[pick.section_id].score)
+            known.append(pick)
+        else:
+            unknown.append(pick.section_id)
+    if unknown:
+        route.detail["unknown_picks"] = unknown
+    return known
+
+
+def _scored(call: Call, section_id: str, document_id: str) -> SectionCandidate:
+    hits = call.guarded(
+        "documents",
+        lambda: call.store.search_vectors("section", call.query_vector(), org=call.org, limit=500, parents=[document_id]),
+        what="scoring a picked section",
+    )
+    score = next((h.score for h in hits or [] if h.id == section_id), 0.0)
+    return SectionCandidate(section_id=section_id, document_id=document_id, score=score)
 
 
 def _prefer_siblings(

@@ -1,7 +1,10 @@
 """Layer 3, understand: a keyword intent, inferred filters (only when trusted), and the document query.
 
 Model-backed variants plug in through two interfaces: a :class:`FilterInferrer` and an
-:class:`Augmenter`. The heuristics here never call a model.
+:class:`Augmenter` (see :mod:`dossier.layers.model_steps`). The heuristics here never call a model. A
+step that uses a model runs only when the plan allows model steps (``deep`` with a model configured);
+otherwise, or when it fails, the heuristic runs and the route says so. The question is masked
+(:mod:`dossier.providers.pii`) before a model sees it, and the rephrasings are unmasked.
 """
 
 from __future__ import annotations
@@ -41,11 +44,12 @@ class InferredFilters:
 
 
 class FilterInferrer(Protocol):
-    """Guess doc types / tags from a question, with a confidence in [0, 1]."""
+    """Guess doc types / tags from a question, with a confidence in [0, 1]. ``vocabulary`` holds the
+    doc types and tags of the documents this caller may see (only model-backed inferrers ask for it)."""
 
     name: str
 
-    def infer(self, message: str) -> InferredFilters | None: ...
+    def infer(self, message: str, *, vocabulary: Filters | None = None) -> InferredFilters | None: ...
 
 
 _EXPLICIT = re.compile(r"\b(doc_type|type|tag):([\w-]+)", re.IGNORECASE)
@@ -65,7 +69,7 @@ class RuleFilterInferrer:
                                  "guideline": "guideline", "guidelines": "guideline"}  # fmt: skip
     )
 
-    def infer(self, message: str) -> InferredFilters | None:
+    def infer(self, message: str, *, vocabulary: Filters | None = None) -> InferredFilters | None:
         explicit = _EXPLICIT.findall(message)
         if explicit:
             doc_types = [v.lower() for k, v in explicit if k.lower() in ("doc_type", "type")]
@@ -107,7 +111,7 @@ def understand(call: Call) -> None:
     elif not request.infer_filters:
         u.filters_source = "off"
     elif call.message:
-        inferred = call.engine.filter_inferrer.infer(call.message)
+        inferred = _infer_filters(call)
         if inferred is not None:
             applied = inferred.confidence >= settings.filter_confidence
             u.inferred = {"filters": inferred.filters.model_dump(), "confidence": inferred.confidence,
@@ -120,8 +124,60 @@ def understand(call: Call) -> None:
         route.detail["inferred_filters"] = u.inferred
     if request.augmentation:
         u.rephrasings, route.detail["augmentation"] = list(request.augmentation), "caller"
-    elif call.message and call.plan and call.plan.effective_depth == "deep":
-        u.rephrasings = call.engine.augmenter.rephrase(call.message)
-        route.detail["augmentation"] = call.engine.augmenter.name
+    elif call.message and call.plan and call.plan.model_steps:
+        u.rephrasings = _rephrase(call)
+    if any(uses_model(step) for step in (call.engine.filter_inferrer, call.engine.augmenter)) and call.plan:
+        route.backend = "model" if call.plan.model_steps else "rules"
     query = _EXPLICIT.sub(" ", call.message).strip()
     u.document_query = " ".join([query, *u.rephrasings]).strip()
+
+
+def uses_model(step: object) -> bool:
+    return bool(getattr(step, "uses_model", False))
+
+
+def _infer_filters(call: Call) -> InferredFilters | None:
+    inferrer = call.engine.filter_inferrer
+    rules = RuleFilterInferrer()
+    if not uses_model(inferrer):
+        return inferrer.infer(call.message)
+    if not (call.plan and call.plan.model_steps):
+        return rules.infer(call.message)
+    masker = call.masker()
+    try:
+        inferred = inferrer.infer(masker.mask(call.message), vocabulary=_vocabulary(call))
+    except Exception as exc:  # noqa: BLE001 - the rule-based inferrer answers instead
+        call.step_failed("filters", exc, fallback=rules.name)
+        return rules.infer(call.message)
+    if inferred is not None:
+        inferred.reason = masker.unmask(inferred.reason)
+    return inferred
+
+
+def _vocabulary(call: Call) -> Filters:
+    """Doc types and tags of the org-wide documents this caller may see (the model picks among them)."""
+    from .govern import document_verdict
+
+    documents = call.store.find_documents(org=call.org, limit=1000)
+    visible = [d for d in documents if document_verdict(call, d) is None]
+    return Filters(doc_types=sorted({d.doc_type for d in visible}), tags=sorted({t for d in visible for t in d.tags}))
+
+
+def _rephrase(call: Call) -> list[str]:
+    augmenter = call.engine.augmenter
+    route = call.route["understand"]
+    if not uses_model(augmenter):
+        route.detail["augmentation"] = augmenter.name
+        return augmenter.rephrase(call.message)
+    if not (call.plan and call.plan.model_steps):
+        return []
+    masker = call.masker()
+    try:
+        rephrasings = [masker.unmask(r) for r in augmenter.rephrase(masker.mask(call.message))]
+    except Exception as exc:  # noqa: BLE001 - the question alone is searched
+        call.step_failed("rephrase", exc, fallback="no rephrasings")
+        route.detail["augmentation"] = "none"
+        return []
+    route.detail["augmentation"] = augmenter.name
+    route.detail["rephrasings"] = rephrasings
+    return rephrasings

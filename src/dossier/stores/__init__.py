@@ -24,8 +24,12 @@ def store_from_url(url: str | None, *, hnsw_min_rows: int = 200_000) -> Store:
         return SQLiteStore(Path(path[1:]), hnsw_min_rows=hnsw_min_rows)
     if url.startswith(("postgresql://", "postgres://")):
         try:
+            import pgvector.psycopg  # noqa: F401
             import psycopg  # noqa: F401
+            import psycopg_pool  # noqa: F401
         except ImportError as exc:
             raise MissingExtra("the PostgreSQL store", "postgres") from exc
-        raise ConfigError("the PostgreSQL store is not part of this release yet; use a sqlite:/// URL")
+        from .postgres import PostgresStore
+
+        return PostgresStore("postgresql://" + url.split("://", 1)[1])
     raise ConfigError(f"unknown store URL {url!r}: expected sqlite:///PATH or postgresql://...")

@@ -117,6 +117,12 @@ class Store(Protocol):
     def get_settings(self, *, org: str) -> dict | None:
         """``org``'s own settings, or None."""
 
+    def put_result(self, call_id: str, result: dict, *, org: str) -> None:
+        """Store the result of a call's deferred work (a JSON object), replacing any for ``call_id``."""
+
+    def get_result(self, call_id: str, *, org: str) -> dict | None:
+        """The stored result of ``call_id`` in ``org``, or None."""
+
     # -- reads by id -------------------------------------------------------------------------------
     def get_org(self, *, org: str) -> Org | None: ...
 

@@ -58,6 +58,13 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE org_settings (org TEXT PRIMARY KEY, settings TEXT NOT NULL, updated_at TEXT NOT NULL);
     """,
+    # 3: results of deferred work (synthesis), fetched later by call id
+    """
+    CREATE TABLE results (
+        org TEXT NOT NULL, call_id TEXT NOT NULL, result TEXT NOT NULL, updated_at TEXT NOT NULL,
+        PRIMARY KEY (org, call_id)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

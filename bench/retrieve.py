@@ -1,0 +1,271 @@
+"""Latency of one ``brief`` retrieve call (no model; query embedding included), with a breakdown.
+
+Reproduce (from the repository root, after `pip install -e .`):
+
+    python bench/retrieve.py                    # sample org + 100,000 memories / 20,000 sections, 300 calls each
+    python bench/retrieve.py --sample-only      # the sample org only (seconds)
+    python bench/retrieve.py --scale-only --memories 20000 --sections 4000 --calls 500
+    python bench/retrieve.py --cache ~/.cache/dossier-bench   # where the synthetic store is kept
+    OPENBLAS_NUM_THREADS=1 python bench/retrieve.py --scale-only  # single-threaded BLAS for the vector search
+
+(a) The sample org (examples/sample-org.json), caller ``ana`` of ``northwind``, records such as
+jane@acme.com, raj@acme.com and https://www.acme.com, questions from the labelled evaluation set and
+from bench/corpus.py. (b) A synthetic org of ``--memories`` memories and ``--sections`` sections over
+``--records`` contacts, built with bench/corpus.py (realistic text, real embeddings from the default
+local ONNX MiniLM model). Building it embeds every text (~300-400 texts/s on an idle 2-core machine, a
+few minutes at 120k; far slower when the machine is busy), so the store file is cached under ``--cache``
+(default: dossier-bench under the system temp dir) and reused by later runs; the load time is printed
+when it loads. Delete the file to rebuild it.
+
+Every timed question is unique (a numbered suffix), so the engine's query-embedding LRU cache never
+hits and each call pays for one embedding. Prints, per org and depth (``standard`` then ``fast``),
+the p50/p95 of the whole call and, measured inside the same calls, of the query embedding, the
+store's vector searches (split by kind), its full-text searches, its recent-memories read and the
+rest (layers, pydantic models, other store reads). It also prints the query embedding timed alone
+and the first (cold) call, which builds the in-memory vector index of the org's sections. Five untimed
+calls warm up first; calls that are the first for a record group still read its vectors from SQLite
+(they show in p95 and max). The load average is printed at the start and end: other processes on the
+machine inflate every figure, so compare runs made under similar load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import corpus  # noqa: E402
+
+import dossier  # noqa: E402
+from dossier.providers.embeddings import OnnxMiniLM  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "examples" / "sample-org.json"
+SAMPLE_QUESTIONS = ROOT / "examples" / "eval" / "sample-questions.json"
+SAMPLE_RECORDS = [
+    {"email": "jane@acme.com"}, {"email": "raj@acme.com"}, {"website": "https://www.acme.com"},
+    {"email": "li@acme.com"}, {"email": "marta@globex.com"}, {"website": "https://www.globex.com"},
+    {"email": "samir@initech.com"}, {"phone": "+1 617 555 0148"}, {"email": "erin@hooli.com"},
+    {"email": "lucas@pinnaclecloud.io"},
+]  # fmt: skip
+STEPS = ("embed", "vector", "vector:section", "vector:memory", "vector:property", "fulltext", "fulltext:section",
+         "fulltext:memory", "recent")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def line(label: str, values: list[float]) -> str:
+    return (f"  {label:<34} p50 {statistics.median(values):7.2f} ms   p95 {percentile(values, 0.95):7.2f} ms   "
+            f"max {max(values):7.2f} ms")  # fmt: skip
+
+
+class Timers:
+    """Wraps the embedder's and the store's methods to sum, per call, the time spent in each step."""
+
+    def __init__(self, engine: dossier.Engine) -> None:
+        self.current: dict[str, float] = defaultdict(float)
+        self._saved: list[tuple[object, str]] = []
+        embedder, store = engine.embedder, engine.store
+        self._wrap(embedder, "embed_query", lambda *a, **k: ["embed"])
+        self._wrap(store, "search_vectors", lambda kind, *a, **k: ["vector", f"vector:{kind}"])
+        self._wrap(store, "search_text", lambda kind, *a, **k: ["fulltext", f"fulltext:{kind}"])
+        self._wrap(store, "recent_memories", lambda *a, **k: ["recent"])
+
+    def _wrap(self, obj, name, keys) -> None:  # type: ignore[no-untyped-def]
+        inner = getattr(obj, name)
+        current = self.current
+
+        def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                took = (time.perf_counter() - started) * 1000
+                for key in keys(*args, **kwargs):
+                    current[key] += took
+
+        self._saved.append((obj, name))
+        setattr(obj, name, timed)
+
+    def restore(self) -> None:
+        for obj, name in self._saved:
+            delattr(obj, name)  # the instance attribute; the class's method shows through again
+
+    def take(self) -> dict[str, float]:
+        out = dict(self.current)
+        self.current.clear()
+        return out
+
+
+def unique_questions(pool: list[str], rng: random.Random, count: int, seen: set[str]) -> list[str]:
+    """``count`` questions drawn from ``pool``, each made unique (never seen before) by a number."""
+    out = []
+    while len(out) < count:
+        q = f"{rng.choice(pool)} ({rng.randint(0, 10**6)})"
+        if q not in seen:
+            seen.add(q)
+            out.append(q)
+    return out
+
+
+def run(engine: dossier.Engine, timers: Timers, org: str, caller: str, records: list[dict], pool: list[str],
+        calls: int, depth: str, seen: set[str], rng: random.Random) -> None:  # fmt: skip
+    questions = unique_questions(pool, rng, calls + 5, seen)
+    requests = [
+        {"mode": "brief", "record": rng.choice(records), "message": q, "depth": depth, "budget": {"totalTokens": 8000}}
+        for q in questions
+    ]
+    for request in requests[:5]:  # warm up (the first call per org loads the section index)
+        engine.retrieve(request, org=org, caller=caller)
+    timers.take()
+    totals: list[float] = []
+    steps: dict[str, list[float]] = {s: [] for s in STEPS}
+    items = 0
+    for request in requests[5:]:
+        started = time.perf_counter()
+        response = engine.retrieve(request, org=org, caller=caller)
+        totals.append((time.perf_counter() - started) * 1000)
+        took = timers.take()
+        for s in STEPS:
+            steps[s].append(took.get(s, 0.0))
+        steps.setdefault("rest", []).append(totals[-1] - sum(took.get(s, 0.0) for s in ("embed", "vector", "fulltext", "recent")))
+        items += sum(len(r.items) for r in response.sources.values())
+    print(f" depth {depth}: {calls} calls, {items / calls:.1f} items per response")
+    print(line("brief call", totals))
+    print(line("  query embedding (in call)", steps["embed"]))
+    print(line("  vector searches (all)", steps["vector"]))
+    for kind in ("section", "memory", "property"):
+        print(line(f"    {kind} vectors", steps[f"vector:{kind}"]))
+    print(line("  full-text searches (all)", steps["fulltext"]))
+    for kind in ("section", "memory"):
+        print(line(f"    {kind} full text", steps[f"fulltext:{kind}"]))
+    print(line("  recent memories", steps["recent"]))
+    print(line("  rest (layers, models, reads)", steps["rest"]))
+
+
+def embed_alone(embedder: OnnxMiniLM, pool: list[str], calls: int, seen: set[str], rng: random.Random) -> None:
+    latencies = []
+    for q in unique_questions(pool, rng, calls, seen):
+        started = time.perf_counter()
+        embedder.embed_query(q)
+        latencies.append((time.perf_counter() - started) * 1000)
+    print(line("query embedding alone", latencies))
+
+
+def cold_call(engine: dossier.Engine, org: str, caller: str, record: dict, seen: set[str], rng: random.Random) -> None:
+    q = unique_questions(["What did we agree about annual prepay?"], rng, 1, seen)[0]
+    started = time.perf_counter()
+    engine.retrieve({"mode": "brief", "record": record, "message": q}, org=org, caller=caller)
+    print(f"  first call (cold: builds the section index) {(time.perf_counter() - started) * 1000:.1f} ms")
+
+
+def sample(embedder: OnnxMiniLM, calls: int, seen: set[str]) -> None:
+    rng = random.Random(11)
+    evaluation = json.loads(SAMPLE_QUESTIONS.read_text(encoding="utf-8"))["questions"]
+    pool = [q["message"] for q in evaluation if q["org"] == "northwind" and q.get("message")]
+    pool += [corpus.question(random.Random(i)) for i in range(40)]
+    with tempfile.TemporaryDirectory() as tmp, dossier.open(f"sqlite:///{tmp}/sample.db", embedder=embedder) as engine:
+        report = engine.load_bundle(SAMPLE)
+        counts = engine.store.counts(org="northwind")
+        print(f"(a) sample org northwind, caller ana: {counts['memories']} memories, {counts['sections']} sections, "
+              f"{counts['records']} records ({report.embedded} texts embedded); {len(set(pool))} base questions")  # fmt: skip
+        cold_call(engine, "northwind", "ana", SAMPLE_RECORDS[0], seen, rng)
+        timers = Timers(engine)
+        try:
+            for depth in ("standard", "fast"):
+                run(engine, timers, "northwind", "ana", SAMPLE_RECORDS, pool, calls, depth, seen, rng)
+        finally:
+            timers.restore()
+
+
+def synthetic_store(embedder: OnnxMiniLM, args: argparse.Namespace) -> Path:
+    """The cached synthetic store file, built (and timed) when it is not there yet."""
+    cache = Path(args.cache).expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    name = f"synthetic-m{args.memories}-s{args.sections}-r{args.records}-seed7-{embedder.model_id}.db"
+    path = cache / name
+    if path.exists():
+        print(f"(b) synthetic store from cache: {path}")
+        return path
+    partial = cache / f"{name}.partial"
+    for leftover in cache.glob(f"{name}.partial*"):
+        leftover.unlink()
+    bundle = corpus.bundle("bench", memories=args.memories, sections=args.sections, records=args.records)
+    texts = args.memories + args.sections + 2 * args.records
+    print(f"(b) building the synthetic store ({texts} texts to embed) at {path} ...", flush=True)
+    last = [time.perf_counter()]
+
+    def progress(done: int, total: int) -> None:
+        if time.perf_counter() - last[0] > 30 or done == total:
+            last[0] = time.perf_counter()
+            print(f"    embedded {done}/{total}", file=sys.stderr, flush=True)
+
+    with dossier.open(f"sqlite:///{partial}", embedder=embedder) as engine:
+        started = time.perf_counter()
+        report = engine.load_bundle(bundle, progress=progress)
+        seconds = time.perf_counter() - started
+    for suffix in ("-wal", "-shm"):  # closing the last connection checkpoints the WAL
+        Path(f"{partial}{suffix}").unlink(missing_ok=True)
+    partial.rename(path)
+    print(f"    load: {args.memories} memories + {args.sections} sections + {args.records} records in {seconds:.1f} s "
+          f"= {report.embedded / seconds:.0f} texts/s ({report.embedded} embedded); {path.stat().st_size / 1e6:.0f} MB")  # fmt: skip
+    return path
+
+
+def scale(embedder: OnnxMiniLM, args: argparse.Namespace, seen: set[str]) -> None:
+    path = synthetic_store(embedder, args)
+    rng = random.Random(13)
+    pool = sorted({corpus.question(random.Random(i)) for i in range(2000)})
+    with dossier.open(f"sqlite:///{path}", embedder=embedder) as engine:
+        counts = engine.store.counts(org="bench")
+        emails = [r.identifiers.email for r in engine.store.get_records([f"r{i}" for i in range(args.records)], org="bench")]
+        records = [{"email": e} for e in emails if e]
+        print(f"    org bench, caller bench: {counts['memories']} memories, {counts['sections']} sections, "
+              f"{counts['records']} records, {counts['vectors']} vectors; {len(pool)} base questions")  # fmt: skip
+        cold_call(engine, "bench", "bench", records[0], seen, rng)
+        timers = Timers(engine)
+        try:
+            for depth in ("standard", "fast"):
+                run(engine, timers, "bench", "bench", records, pool, args.calls, depth, seen, rng)
+        finally:
+            timers.restore()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--sections", type=int, default=20_000)
+    parser.add_argument("--records", type=int, default=200, help="contacts the memories are spread over")
+    parser.add_argument("--calls", type=int, default=300, help="timed calls per org and depth")
+    parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "dossier-bench"))
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--scale-only", action="store_true", help="skip the sample org")
+    only.add_argument("--sample-only", action="store_true", help="skip the synthetic org")
+    args = parser.parse_args()
+    embedder = OnnxMiniLM()
+    embedder.embed_query("warm up")
+    seen: set[str] = set()
+    print(f"{len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.2f}; embedder {embedder.model_id} "
+          f"(ONNX int8); p50/p95 over {args.calls} calls; dossier from {Path(dossier.__file__).parent}")  # fmt: skip
+    embed_alone(embedder, [corpus.question(random.Random(i)) for i in range(200)], args.calls, seen, random.Random(5))
+    if not args.scale_only:
+        sample(embedder, args.calls, seen)
+    if not args.sample_only:
+        scale(embedder, args, seen)
+    print(f"load average at the end {os.getloadavg()[0]:.2f} (other processes on the machine skew the figures)")
+
+
+if __name__ == "__main__":
+    main()

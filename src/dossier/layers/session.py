@@ -1,0 +1,172 @@
+"""Layer 10, sessions: page through what a call could not fit (``expand`` mode).
+
+A brief, scout, fetch or filter call whose items did not all fit its budget (``dropped > 0``) opens a
+session: the items left over, how many were returned and who the call was about, kept in the service
+tables (the same database as the data, so any worker can serve the next page) under an unguessable id,
+returned as ``continuation``. ``expand`` with that id packs the next page from what is left, by the
+same budget rules, and returns the same id while anything remains (``None`` once everything has been
+returned, and the session is gone).
+
+A session belongs to its org: another org's id is refused (:class:`~dossier.errors.Forbidden`). It
+expires after ``Settings.service.session_idle_seconds`` (1 hour) unused. Every page is governed again
+against fresh rows and the expanding caller's roles: a record deleted since the first page, or a document
+whose roles changed, is not returned. An explicit ``sources: {x: false}`` keeps that source's items
+out of this page (they stay in the session).
+
+Hooks: :func:`restore` runs in ``plan`` for expand calls; :func:`keep` runs at the end of ``report``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from ..errors import Forbidden, InvalidRequest
+from ..schema import SOURCE_NAMES, Item, Route, SourceName, item_key
+from ..stores.service_base import Session
+from .context import Call, Plan, Resolution
+from .govern import document_verdict
+
+_ITEM: TypeAdapter[Any] = TypeAdapter(Item)
+_STATE = "_dossier_session"  # attribute of the Call carrying the restored session to ``keep``
+
+
+def restore(call: Call) -> None:
+    """Plan an expand call: load its session, re-resolve and re-govern what is left, set the page."""
+    request = call.request
+    sid = request.continuation or ""
+    session = call.engine.service_store.get_session(sid) if sid else None
+    if session is not None and session.org != call.org:
+        raise Forbidden(f"continuation {sid!r} belongs to another org")
+    now = time.time()
+    if session is None or session.last_used < now - call.settings.service.session_idle_seconds:
+        raise InvalidRequest(f"continuation {sid!r} is unknown or has expired", field="continuation")
+    state = json.loads(session.state)
+    call.resolution = _resolution(call, state)
+    page: dict[SourceName, list[Any]] = {}
+    for source, items in state["remaining"].items():
+        if getattr(request.sources, source) is False:
+            continue  # explicit false wins; those items wait in the session
+        page[source] = [_ITEM.validate_python(item) for item in items]
+    if call.resolution.tombstone:
+        page = {}  # a tombstone carries nothing, and nothing attached to it anywhere
+    if "documents" in page:
+        page["documents"] = _visible_sections(call, page["documents"])
+    for source, items in page.items():
+        call.candidates[source] = items
+        if call.results[source].status == "skipped":
+            call.results[source].status = "empty"
+    call.plan = Plan(
+        mode="expand",
+        sources={s: False for s in SOURCE_NAMES},  # nothing is recalled: the page comes from the session
+        requested_depth=request.depth,
+        effective_depth=state.get("depth", request.depth),
+    )
+    call.route["session"] = Route(
+        ran=True, backend="session",
+        detail={"opened_by": session.call_id, "page": state["page"] + 1, "returned_before": state["returned"]},
+    )  # fmt: skip
+    setattr(call, _STATE, (session, state, set(page)))
+
+
+def keep(call: Call) -> str | None:
+    """Open (or advance) the session of this call; the continuation id, or None when nothing is left."""
+    assert call.plan is not None
+    restored = getattr(call, _STATE, None)
+    if call.plan.mode == "expand":
+        for source in restored[2] if restored else ():
+            route = call.route.get(source)
+            if route is not None:  # the page came from the session, not from recall
+                route.ran, route.backend = True, "session"
+                route.detail.pop("skipped", None)
+    elif not any(call.results[s].dropped for s in SOURCE_NAMES):
+        return None
+    left: dict[str, list[Any]] = {}
+    if restored is not None and not call.resolution.tombstone:  # sources this page left out wait on
+        left = {s: items for s, items in restored[1]["remaining"].items() if s not in restored[2]}
+    for source in SOURCE_NAMES:
+        packed = {item_key(item) for item in call.results[source].items}
+        rest = [item.model_dump(mode="json") for item in call.candidates[source] if item_key(item) not in packed]
+        if rest:
+            left[source] = rest
+    try:
+        return _save(call, restored, left)
+    except Exception as exc:  # noqa: BLE001 - the page itself is fine; say that no next page can follow
+        route = call.route.setdefault("session", Route())
+        route.fallback_reason = "session_error"
+        route.detail["session_error"] = f"{type(exc).__name__}: {exc}"
+        call.degraded = True
+        return None
+
+
+def _save(call: Call, restored: tuple[Session, dict, set] | None, left: dict[str, list[Any]]) -> str | None:
+    store = call.engine.service_store
+    returned = sum(len(call.results[s].items) for s in SOURCE_NAMES)
+    if restored is not None:
+        session, state = restored[0], restored[1]
+        if not left:
+            store.delete_session(session.id, org=call.org)
+            return None
+        sid, opened_by, created = session.id, session.call_id, session.created_at
+        state = {**state, "remaining": left, "returned": state["returned"] + returned, "page": state["page"] + 1}
+    else:
+        res = call.resolution
+        sid, opened_by, created = secrets.token_urlsafe(18), call.call_id, time.time()
+        state = {
+            "mode": call.plan.mode if call.plan else None,
+            "depth": call.plan.effective_depth if call.plan else None,
+            "record": None if res.record is None else res.record.id,
+            "merged_from": list(res.merged_from),
+            "aliases": [a.id for a in res.aliases],
+            "remaining": left,
+            "returned": returned,
+            "page": 1,
+        }
+    now = time.time()
+    session = Session(id=sid, org=call.org, caller=call.caller.id, call_id=opened_by,
+                      state=json.dumps(state, separators=(",", ":")), created_at=created, last_used=now)  # fmt: skip
+    store.put_session(session, idle_before=now - call.settings.service.session_idle_seconds)
+    route = call.route.setdefault("session", Route(ran=True, backend="session"))
+    route.detail["remaining"] = sum(len(v) for v in left.values())
+    return sid
+
+
+def _resolution(call: Call, state: dict) -> Resolution:
+    """Who the first call was about, re-read now: a record deleted since then becomes a tombstone."""
+    if state.get("record") is None:
+        return Resolution()
+    ids = [state["record"], *state.get("merged_from", []), *state.get("aliases", [])]
+    fresh = {r.id: r for r in call.store.get_records(ids, org=call.org)}
+    record = fresh.get(state["record"])
+    if record is None:
+        return Resolution(not_found=True)
+    if record.pending_deletion:
+        return Resolution(record=record, tombstone=True)
+    aliases = [fresh[a] for a in state.get("aliases", []) if a in fresh and not fresh[a].pending_deletion]
+    merged = [m for m in state.get("merged_from", []) if m in fresh]
+    return Resolution(record=record, aliases=aliases, merged_from=merged)
+
+
+def _visible_sections(call: Call, items: list[Any]) -> list[Any]:
+    """Sections whose documents this caller may still see (fresh rows; fail closed)."""
+    ids = sorted({item.document_id for item in items})
+    try:
+        fresh = {d.id: d for d in call.store.get_documents(ids, org=call.org)}
+    except Exception as exc:  # noqa: BLE001 - cannot decide: drop everything
+        call.fail("documents", f"visibility check failed: {type(exc).__name__}: {exc}")
+        return []
+    kept = []
+    for item in items:
+        document = fresh.get(item.document_id)
+        verdict = document_verdict(call, document)
+        if verdict is None and document is not None and not any(s.id == item.section_id for s in document.sections):
+            verdict = "not_found"
+        if verdict is None:
+            kept.append(item)
+        else:
+            call.note("documents", item.section_id, "govern", "dropped", verdict, item.score)
+    return kept

@@ -1,0 +1,227 @@
+"""Layer 8, synthesize (opt-in): an answer drawn only from the packed context, with citations.
+
+The model sees exactly the items the caller gets, in the same order and as the same lines
+(:func:`~dossier.layers.budget.packed_text`; one budget feeds both), each behind a label: ``[P#]``
+properties, ``[M#]`` memories, ``[D#]`` document sections, ``[G#]`` graph edges, ``[X#]`` external.
+Personal data is masked before the prompt (:mod:`dossier.providers.pii`) and restored in the answer.
+The reply is JSON (``answer``, ``reasoning``, ``confidence``, ``sources_used``); the labels it cites
+are mapped back to the ids of the returned items (``sources_used``, ``citations``).
+
+``deferred: true`` returns the context at once with ``synthesis.pending``; the answer is completed in
+the background and fetched with :meth:`dossier.Engine.result` (``dossier result CALL_ID``). A failure
+returns ``answer: null`` with the error, and the context is returned in full either way.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from threading import Lock
+from typing import Any, Callable, Mapping
+
+from pydantic import BaseModel, Field
+
+from ..errors import NotFound
+from ..providers.llm import ChatModel, Message, Meter, metered
+from ..providers.pii import Masker
+from ..schema import SOURCE_NAMES, PropertyItem, Route, SourceName, SourceResult, Synthesis, item_key
+from .budget import packed_text
+from .context import Call
+from .model_steps import TITLES
+
+LABELS: dict[SourceName, str] = {"properties": "P", "memories": "M", "documents": "D", "graph": "G", "external": "X"}
+NO_MODEL = "synthesis needs a chat model: set DOSSIER_LLM=openai:<model>"
+EMPTY_ANSWER = "The retrieved context is empty, so it does not answer this question."
+_CITATION = re.compile(r"\[([PMDGX]\d+)\]")
+
+INSTRUCTIONS = f"""{TITLES["synthesize"]}
+You answer a question about a customer for a colleague, using ONLY the numbered context below: the
+customer record's properties [P#], memories of past interactions [M#], sections of the organisation's
+documents [D#], relationships [G#] and external data [X#]. Do not use anything you know from elsewhere.
+Cite every statement with the label(s) of the item(s) it comes from, in square brackets, e.g. [M2] or
+[D1][D3].
+If the context does not contain the answer, say so plainly (for example "The context does not say
+what discount was agreed.") and give a confidence of at most 0.2; answer the parts it does cover.
+Placeholders such as <EMAIL_1> or <VALUE_2> stand for personal data: copy them exactly, never guess
+what they stand for.
+Reply with JSON only, in this shape:
+{{"answer": "...", "reasoning": "how the cited items support the answer", "confidence": 0.0,
+"sources_used": ["M2", "D1"]}}
+confidence is from 0 (not answered) to 1 (fully and directly answered by the context)."""
+
+
+class SynthesisOutput(BaseModel):
+    answer: str
+    reasoning: str = ""
+    confidence: float = Field(ge=0.0, le=1.0)
+    sources_used: list[str] = Field(default_factory=list)
+
+
+def labelled_context(results: Mapping[SourceName, SourceResult]) -> tuple[str, dict[str, str]]:
+    """The packed context with a label before each item, and label -> item id. Without the labels the
+    lines are exactly :func:`~dossier.layers.budget.packed_context` of the response."""
+    lines: list[str] = []
+    labels: dict[str, str] = {}
+    for source in SOURCE_NAMES:
+        for n, item in enumerate(results[source].items, start=1):
+            label = f"{LABELS[source]}{n}"
+            labels[label] = item_key(item)
+            lines.append(f"[{label}] {packed_text(item)}")
+    return "\n".join(lines), labels
+
+
+@dataclass
+class SynthesisJob:
+    """Everything synthesis needs, captured from the call (so that it can run after the call returned)."""
+
+    llm: ChatModel
+    question: str
+    context: str
+    labels: dict[str, str]
+    masker: Masker
+
+    @classmethod
+    def of(cls, call: Call, llm: ChatModel) -> "SynthesisJob":
+        context, labels = labelled_context(call.results)
+        res = call.resolution
+        records = [] if res.record is None or res.tombstone else [res.record, *res.aliases]
+        # properties of records found by discovery are personal data too
+        extra = [(i.name, i.value) for s in SOURCE_NAMES for i in call.results[s].items if isinstance(i, PropertyItem)]
+        masker = Masker.for_records(records, extra)
+        return cls(llm=llm, question=call.message, context=context, labels=labels, masker=masker)
+
+    def messages(self) -> list[Message]:
+        """Instructions, then the context, then the question (last, so the prefix can be cached)."""
+        user = f"Context:\n{self.masker.mask(self.context)}\n\nQuestion: {self.masker.mask(self.question)}"
+        return [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": user}]
+
+    def run(self) -> Synthesis:
+        if not self.labels:
+            return Synthesis(answer=EMPTY_ANSWER, reasoning="No item was retrieved for this question.", confidence=0.0)
+        try:
+            out = self.llm.complete(self.messages(), output=SynthesisOutput, step="synthesize")
+        except Exception as exc:  # noqa: BLE001 - reported in the synthesis, never raised
+            return Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
+        cited = [m.group(1) for m in _CITATION.finditer(out.answer)]
+        cited += [label.strip().strip("[]").upper() for label in out.sources_used]
+        citations = {label: self.labels[label] for label in dict.fromkeys(cited) if label in self.labels}
+        return Synthesis(
+            answer=self.masker.unmask(out.answer),
+            reasoning=self.masker.unmask(out.reasoning),
+            confidence=out.confidence,
+            sources_used=list(dict.fromkeys(citations.values())),
+            citations=citations,
+            unknown_citations=[label for label in dict.fromkeys(cited) if label not in self.labels],
+        )
+
+
+def synthesize(call: Call) -> None:
+    if not call.request.synthesize:
+        return
+    llm = getattr(call.engine, "llm", None)
+    route = Route(ran=llm is not None, backend=getattr(llm, "name", None))
+    call.route["synthesize"] = route
+    if llm is None:
+        route.fallback_reason = "no_model"
+        call.synthesis = Synthesis(error=NO_MODEL)
+        return
+    if not call.message:
+        call.synthesis = Synthesis(error="synthesis needs a message: the question to answer")
+        return
+    job = SynthesisJob.of(call, llm)
+    route.detail.update(items=len(job.labels), deferred=call.request.deferred)
+    if call.request.deferred:
+        call.engine.defer(call.call_id, job.run, org=call.org, caller=call.caller.id)
+        call.synthesis = Synthesis(pending=True)
+        return
+    call.synthesis = job.run()
+    route.detail["masked"] = len(job.masker.masked)
+    if call.synthesis.error:
+        route.fallback_reason = "synthesis_error"
+
+
+
+@dataclass
+class _Deferred:
+    org: str
+    caller: str
+    future: Future[Synthesis] | None = None
+    synthesis: Synthesis | None = None
+
+
+class DeferredResults:
+    """The background syntheses of one engine, by call id: kept in memory (the last ``keep``) and in
+    the store (``put_result``), so that another process (``dossier result``) can fetch them too. A
+    result belongs to the org and caller of its call; anyone else is told it does not exist."""
+
+    def __init__(self, store: Callable[[], Any], *, workers: int = 2, keep: int = 1024) -> None:
+        self._store = store
+        self._workers = workers
+        self._keep = keep
+        self._entries: OrderedDict[str, _Deferred] = OrderedDict()
+        self._lock = Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, call_id: str, work: Callable[[], Synthesis], *, org: str, caller: str) -> None:
+        entry = _Deferred(org=org, caller=caller)
+        self._persist(call_id, entry, Synthesis(pending=True))
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="dossier-synthesis")
+            self._entries[call_id] = entry
+            while len(self._entries) > self._keep:
+                self._entries.popitem(last=False)
+            entry.future = self._pool.submit(self._run, call_id, entry, work)
+
+    def _run(self, call_id: str, entry: _Deferred, work: Callable[[], Synthesis]) -> Synthesis:
+        meter = Meter()
+        try:
+            with metered(meter):
+                synthesis = work()
+        except Exception as exc:  # noqa: BLE001 - a background failure is a result, never lost
+            synthesis = Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
+        synthesis.usage = meter.summary()
+        entry.synthesis = synthesis
+        self._persist(call_id, entry, synthesis)
+        return synthesis
+
+    def _persist(self, call_id: str, entry: _Deferred, synthesis: Synthesis) -> None:
+        try:
+            self._store().put_result(call_id, {"caller": entry.caller, "synthesis": synthesis.model_dump(mode="json")},
+                                     org=entry.org)  # fmt: skip
+        except Exception:  # noqa: BLE001 - the result stays in memory; this engine can still serve it
+            pass
+
+    def get(self, call_id: str, *, org: str, caller: str, wait: float = 0.0) -> Synthesis:
+        """The synthesis of ``call_id`` (``pending`` while it runs), waiting up to ``wait`` seconds."""
+        deadline = time.monotonic() + max(wait, 0.0)
+        with self._lock:
+            entry = self._entries.get(call_id)
+        if entry is not None:
+            if entry.org != org or entry.caller != caller:
+                raise NotFound(f"no result for call {call_id!r}")
+            if entry.future is not None and not entry.future.done() and wait > 0:
+                try:
+                    entry.future.result(timeout=wait)
+                except FutureTimeout:
+                    pass
+            return entry.synthesis or Synthesis(pending=True)
+        while True:
+            stored = self._store().get_result(call_id, org=org)
+            if stored is None or stored.get("caller") != caller:
+                raise NotFound(f"no result for call {call_id!r}")
+            synthesis = Synthesis.model_validate(stored["synthesis"])
+            if not synthesis.pending or time.monotonic() >= deadline:
+                return synthesis
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+
+    def close(self) -> None:
+        """Finish the syntheses still running (their results are stored), then stop the workers."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)

@@ -1,0 +1,449 @@
+"""The service behind the HTTP and MCP front ends: API keys, audited and billed calls, feedback, loading.
+
+The front ends are thin: each turns the API key of a request into a :class:`Principal` and the request
+into one method call here, and a :class:`~dossier.errors.DossierError` into a status. Nothing here
+knows about sockets, so all of it is tested in-process. Keys, sessions, the audit log, feedback and the
+ledger are rows in the data's own database (``Engine.service_store``), so service workers are stateless.
+
+* **Keys**: ``dk_<id>_<secret>``; only the SHA-256 of the secret is stored, compared in constant time.
+  The key decides the org and the caller; no request body can.
+* **Calls**: charged up front (``Settings.service``: by depth, plus synthesis), refunded in full when
+  the call throws, and in part when the depth was downgraded or synthesis did not run. One audit row per
+  call: its shape, never its bodies (no message, item text or identifiers).
+* **Feedback**: a rating of one of the org's own calls.
+* **Loading**: bundles and single records, memories and documents, all in the key's org; an item that
+  names another org is refused. A bundle can define callers and their roles, so it needs an org admin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .bundle import Document, Memory, Record, Section
+from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError
+from .loading import LoadReport, document_from_markdown
+from .retrieve import parse_request
+from .schema import RecordRef, RetrieveRequest, RetrieveResponse
+from .stores.service_base import ApiKey, AuditRow, Feedback, LedgerEntry, ServiceStore, UsageLine
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+KEY_PREFIX = "dk"
+ADMIN_ROLE = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: decided by the API key (``key_id`` None for the Python API and the CLI)."""
+
+    org: str
+    caller: str
+    key_id: str | None = None
+
+
+# -- request bodies shared by the front ends ---------------------------------------------------------
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str = Field(min_length=1, max_length=64, description="The call_id of an earlier retrieve call.")
+    rating: int = Field(ge=1, le=5, description="1 = useless or wrong, 3 = partly useful, 5 = exactly what was needed.")
+    comment: str | None = Field(default=None, max_length=2000, description="What was missing or wrong (optional).")
+
+
+class NewRecord(Record):
+    """A record to add or update; ``org`` may be left out (it is the key's)."""
+
+    org: str | None = None  # type: ignore[assignment]
+
+
+class NewMemory(BaseModel):
+    """A memory to add: ``record`` is a record id; ``id`` and ``created_at`` default to new / now."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    record: str = Field(min_length=1)
+    text: str = Field(min_length=1, max_length=20_000)
+    id: str | None = Field(default=None, min_length=1)
+    org: str | None = None
+    created_at: datetime | None = None
+
+
+class NewDocument(BaseModel):
+    """A document as ``sections`` (bundle form) or as ``markdown`` (split at headings); ``org`` may be left out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = Field(default=None, description="Required with sections; markdown may start with '# Title'.")
+    id: str | None = Field(default=None, min_length=1, description="Default: a slug of the title.")
+    org: str | None = None
+    doc_type: str = "guideline"
+    tags: list[str] = Field(default_factory=list)
+    visible_to_roles: list[str] | None = Field(default=None, description="Roles that may see it; null = whole org.")
+    attached_record: str | None = None
+    sections: list[Section] | None = None
+    markdown: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "NewDocument":
+        if (self.sections is None) == (self.markdown is None):
+            raise ValueError("give exactly one of 'sections' or 'markdown'")
+        if self.sections is not None and not self.title:
+            raise ValueError("a document given as sections needs a title")
+        return self
+
+
+# -- keys ----------------------------------------------------------------------------------------------
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """``(key id, secret)`` of a well-formed key, else None."""
+    parts = key.strip().split("_", 2)
+    if len(parts) != 3 or parts[0] != KEY_PREFIX or not parts[1] or not parts[2]:
+        return None
+    return parts[1], parts[2]
+
+
+def bearer_key(authorization: str | None) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header value."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
+class Service:
+    """Layer 10 over one :class:`~dossier.Engine`; shared by the HTTP and MCP front ends and the CLI."""
+
+    def __init__(self, engine: "Engine", *, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    @property
+    def store(self) -> ServiceStore:
+        return self.engine.service_store
+
+    # -- keys ------------------------------------------------------------------------------------------
+    def create_key(self, org: str, caller: str, *, name: str | None = None) -> tuple[ApiKey, str]:
+        """A new key for ``caller`` of ``org`` (both must exist): the stored row, and the key itself,
+        which is shown once and never stored."""
+        if self.engine.store.get_org(org=org) is None:
+            raise NotFound(f"unknown org {org!r}: load it first (dossier load)")
+        if self.engine.store.get_caller(caller, org=org) is None:
+            raise NotFound(f"unknown caller {caller!r} in org {org!r}: load it first (dossier load)")
+        key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+        row = ApiKey(id=key_id, org=org, caller=caller, secret_hash=_digest(secret), created_at=self.clock(), name=name)
+        self.store.add_key(row)
+        return row, f"{KEY_PREFIX}_{key_id}_{secret}"
+
+    def list_keys(self, *, org: str | None = None) -> list[ApiKey]:
+        return self.store.list_keys(org=org)
+
+    def revoke_key(self, key_id: str) -> None:
+        if not self.store.revoke_key(key_id, at=self.clock()):
+            raise NotFound(f"no live key with id {key_id!r} (dossier keys list shows them)")
+
+    def authenticate(self, key: str | None) -> Principal:
+        """The principal of an API key; :class:`Unauthorized` when it is missing, unknown or revoked."""
+        if not key:
+            raise Unauthorized("an API key is required: Authorization: Bearer <key>")
+        parts = split_key(key)
+        row = self.store.get_key(parts[0]) if parts else None
+        presented = _digest(parts[1]) if parts else _digest(key)
+        stored = row.secret_hash if row is not None else "0" * 64
+        if not hmac.compare_digest(presented, stored) or row is None or row.revoked_at is not None:
+            raise Unauthorized("the API key is unknown or revoked")
+        return Principal(org=row.org, caller=row.caller, key_id=row.id)
+
+    # -- calls -----------------------------------------------------------------------------------------
+    def retrieve(
+        self, principal: Principal, request: RetrieveRequest | Mapping[str, Any], *, front_end: str = "python"
+    ) -> RetrieveResponse:
+        """One retrieve call as ``principal``: charged up front, refunded if it throws, audited."""
+        started, at = time.perf_counter(), self.clock()
+        call_id = uuid.uuid4().hex
+        try:
+            parsed = parse_request(request)
+        except InvalidRequest as exc:
+            self._audit(principal, call_id, front_end, at, started, None, None, exc, units=0)
+            raise
+        item, units = self.price(parsed)
+        self._ledger(principal.org, call_id, "charge", item, units, at)
+        try:
+            response = self.engine.retrieve(parsed, org=principal.org, caller=principal.caller, call_id=call_id)
+        except BaseException as exc:
+            self._ledger(principal.org, call_id, "refund", item, -units, self.clock())
+            self._audit(principal, call_id, front_end, at, started, parsed, None, exc, units=0)
+            raise
+        back = units - self.price(parsed, response)[1]
+        if back > 0:
+            self._ledger(principal.org, call_id, "adjust", item, -back, self.clock())
+        self._audit(principal, call_id, front_end, at, started, parsed, response, None, units=units - back)
+        return response
+
+    def price(self, request: RetrieveRequest, response: RetrieveResponse | None = None) -> tuple[str, int]:
+        """What a call is billed as, and its units: up front from the request, or, given the response,
+        what it actually ran (a downgraded depth, synthesis that did not run)."""
+        cost = self.engine.settings.service
+        if request.continuation and request.mode in (None, "expand"):
+            return "expand", cost.cost_expand
+        depth = request.depth
+        route = response.route.get("documents") if response is not None else None
+        if route is not None and route.effective_depth is not None:
+            depth = route.effective_depth
+        units = {"fast": cost.cost_fast, "standard": cost.cost_standard, "deep": cost.cost_deep}[depth]
+        item: str = request.depth
+        if request.synthesize:
+            item += "+synthesis"
+            failed = response is not None and response.synthesis is not None and response.synthesis.error is not None
+            if not failed or request.deferred:
+                units += cost.cost_synthesis
+        return item, units
+
+    def call(self, principal: Principal, call_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        """A call of the principal's org: its audited shape (``summary``) and, for a ``deferred`` call made by
+        this caller, its ``synthesis`` (``pending`` while it runs; waits up to ``wait`` seconds for it).
+        Forbidden for another org's call, NotFound for an unknown one."""
+        row = self._own_call(principal, call_id)
+        summary = audit_dict(row)
+        out: dict[str, Any] = {"call_id": row.call_id, "status": row.outcome, "summary": summary, "synthesis": None}
+        result = getattr(self.engine, "result", None)
+        if callable(result) and row.outcome == "ok" and summary["shape"].get("deferred"):
+            try:
+                synthesis = result(call_id, org=principal.org, caller=principal.caller, wait=min(max(wait, 0.0), 30.0))
+            except NotFound:
+                synthesis = None  # the call of another caller of the org: its answer is theirs
+            if synthesis is not None:
+                out["synthesis"] = synthesis.model_dump(mode="json") if isinstance(synthesis, BaseModel) else synthesis
+        return out
+
+    def feedback(self, principal: Principal, body: FeedbackRequest | Mapping[str, Any]) -> Feedback:
+        """Rate one of the org's own calls."""
+        request = body if isinstance(body, FeedbackRequest) else _validate(FeedbackRequest, body)
+        self._own_call(principal, request.call_id)
+        row = Feedback(call_id=request.call_id, org=principal.org, caller=principal.caller, rating=request.rating,
+                       comment=request.comment, at=self.clock())  # fmt: skip
+        self.store.add_feedback(row)
+        return row
+
+    def feedback_for(self, principal: Principal, call_id: str) -> list[Feedback]:
+        self._own_call(principal, call_id)
+        return self.store.get_feedback(call_id, org=principal.org)
+
+    def usage(self, org: str, *, since: float | None = None, until: float | None = None) -> list[UsageLine]:
+        return self.store.usage(org=org, since=since, until=until)
+
+    def _own_call(self, principal: Principal, call_id: str) -> AuditRow:
+        row = self.store.get_audit(call_id)
+        if row is None:
+            raise NotFound(f"no call {call_id!r}")
+        if row.org != principal.org:
+            raise Forbidden(f"call {call_id!r} belongs to another org")
+        return row
+
+    def _ledger(self, org: str, call_id: str, kind: str, item: str, units: int, at: float) -> None:
+        if units:
+            self.store.add_ledger(LedgerEntry(org=org, call_id=call_id, kind=kind, item=item, units=units, at=at))
+
+    def _audit(
+        self, principal: Principal, call_id: str, front_end: str, at: float, started: float,
+        request: RetrieveRequest | None, response: RetrieveResponse | None, error: BaseException | None, *, units: int,
+    ) -> None:  # fmt: skip
+        shape = call_shape(request, response)
+        if isinstance(error, InvalidRequest):
+            shape["invalid_field"] = error.field
+        mode = response.mode if response is not None else (request.mode if request is not None else None)
+        self.store.add_audit(
+            AuditRow(
+                call_id=call_id, org=principal.org, caller=principal.caller, key_id=principal.key_id,
+                front_end=front_end, at=at, latency_ms=round((time.perf_counter() - started) * 1000, 3), mode=mode,
+                depth=request.depth if request is not None else None, outcome="ok" if error is None else "error",
+                error_type=type(error).__name__ if error is not None else None, units=units,
+                shape=json.dumps(shape, separators=(",", ":"), sort_keys=True),
+            )
+        )  # fmt: skip
+
+    # -- loading ---------------------------------------------------------------------------------------
+    def load_bundle(self, principal: Principal, bundle: Mapping[str, Any]) -> LoadReport:
+        """A bundle in the principal's org (items may leave ``org`` out). Needs the admin role: a bundle
+        can define callers and their roles."""
+        self._require_admin(principal)
+        if not isinstance(bundle, Mapping):
+            raise InvalidRequest("a bundle is a JSON object of lists", field="bundle")
+        scoped: dict[str, Any] = {}
+        for list_name, items in bundle.items():
+            if list_name == "orgs" and isinstance(items, list):
+                for item in items:
+                    if isinstance(item, Mapping) and item.get("id") != principal.org:
+                        raise Forbidden(f"orgs: {item.get('id')!r} is not this key's org {principal.org!r}")
+                scoped[list_name] = items
+            elif isinstance(items, list):
+                scoped[list_name] = [self._scoped(principal, item, list_name) for item in items]
+            else:
+                scoped[list_name] = items
+        return self.engine.load_bundle(scoped)
+
+    def add_records(self, principal: Principal, records: Iterable[NewRecord | Mapping[str, Any]]) -> LoadReport:
+        items = [self._scoped(principal, _plain(r), "records") for r in records]
+        return self.engine.load_bundle({"records": items})
+
+    def add_memories(self, principal: Principal, memories: Iterable[NewMemory | Mapping[str, Any]]) -> list[Memory]:
+        out = []
+        for raw in memories:
+            m = raw if isinstance(raw, NewMemory) else _validate(NewMemory, raw)
+            self._scoped(principal, {"org": m.org}, "memories")
+            out.append(Memory(id=m.id or f"mem-{uuid.uuid4().hex[:16]}", org=principal.org, record=m.record,
+                              text=m.text, created_at=m.created_at or datetime.now(timezone.utc)))  # fmt: skip
+        self.engine.load_bundle({"memories": [m.model_dump(mode="json") for m in out]})
+        return out
+
+    def remember(self, principal: Principal, record: RecordRef | Mapping[str, Any], text: str,
+                 *, created_at: datetime | None = None) -> Memory:  # fmt: skip
+        """Add a memory to the record named by any identifier (merges followed to the survivor)."""
+        ref = record if isinstance(record, RecordRef) else _validate(RecordRef, record, prefix="record")
+        target = self.find_record(principal, ref)
+        [memory] = self.add_memories(principal, [NewMemory(record=target.id, text=text, created_at=created_at)])
+        return memory
+
+    def find_record(self, principal: Principal, ref: RecordRef) -> Record:
+        kind, value = ref.identifier
+        store, org = self.engine.store, principal.org
+        found = store.get_records([value], org=org) if kind == "id" else store.find_records(kind, value, org=org)  # type: ignore[arg-type]
+        found = sorted(found, key=lambda r: (r.merged_into is not None, r.id))
+        if not found:
+            raise NotFound(f"no record with {kind} {value!r} in this org")
+        record, seen = found[0], {found[0].id}
+        while record.merged_into and len(seen) <= 20:
+            survivors = store.get_records([record.merged_into], org=org)
+            if not survivors or survivors[0].id in seen:
+                break
+            record = survivors[0]
+            seen.add(record.id)
+        if record.pending_deletion:
+            raise UsageError(f"record {record.id!r} is pending deletion: nothing can be added to it")
+        return record
+
+    def add_documents(self, principal: Principal, documents: Iterable[NewDocument | Mapping[str, Any]]) -> list[Document]:
+        """Add or replace documents. Replacing one the caller may not see is refused."""
+        out: list[Document] = []
+        for raw in documents:
+            d = raw if isinstance(raw, NewDocument) else _validate(NewDocument, raw)
+            self._scoped(principal, {"org": d.org}, "documents")
+            common = dict(org=principal.org, doc_type=d.doc_type, tags=d.tags, visible_to_roles=d.visible_to_roles,
+                          attached_record=d.attached_record)  # fmt: skip
+            if d.markdown is not None:
+                out.append(document_from_markdown(d.markdown, title=d.title, doc_id=d.id, **common))  # type: ignore[arg-type]
+            else:
+                from .loading import slug
+
+                doc_id = d.id or slug(d.title or "")
+                out.append(_validate(Document, {"id": doc_id, "title": d.title, "sections": d.sections, **common}))
+        caller = self.engine.store.get_caller(principal.caller, org=principal.org)
+        roles = set(caller.roles) if caller else set()
+        for existing in self.engine.store.get_documents([d.id for d in out], org=principal.org):
+            if existing.visible_to_roles is not None and not roles & set(existing.visible_to_roles):
+                raise Forbidden(f"document {existing.id!r} exists and this caller may not see it, so cannot replace it")
+        self.engine.load_bundle({"documents": [d.model_dump(mode="json") for d in out]})
+        return out
+
+    def _scoped(self, principal: Principal, item: Any, list_name: str) -> Any:
+        """``item`` in the principal's org: ``org`` filled in when absent, refused when another."""
+        if not isinstance(item, Mapping):
+            return item  # the bundle reader reports it
+        org = item.get("org")
+        if org is None:
+            return {**item, "org": principal.org}
+        if org != principal.org:
+            where = f"{list_name} {item.get('id')!r}" if item.get("id") else list_name
+            raise Forbidden(f"{where}: org {org!r} is not this key's org {principal.org!r}")
+        return item
+
+    def _require_admin(self, principal: Principal) -> None:
+        caller = self.engine.store.get_caller(principal.caller, org=principal.org)
+        if caller is None or ADMIN_ROLE not in caller.roles:
+            raise Forbidden(f"loading a bundle needs the {ADMIN_ROLE!r} role; caller {principal.caller!r} lacks it")
+
+
+# -- audit shape ---------------------------------------------------------------------------------------
+def call_shape(request: RetrieveRequest | None, response: RetrieveResponse | None) -> dict[str, Any]:
+    """Sizes, statuses and flags of a call: what an auditor may see. Never text, never identifiers."""
+    shape: dict[str, Any] = {}
+    if request is not None:
+        shape.update(
+            record_kind=request.record.identifier[0] if request.record else None,
+            message_bytes=len((request.message or "").encode("utf-8")),
+            sources_asked={s: v for s, v in request.sources.model_dump().items() if v is not None},
+            budget_bytes=request.budget.totalTokens,
+            budget_shares=bool(request.budget.shares),
+            filter_counts=None if request.filters is None else
+                [len(request.filters.doc_types), len(request.filters.tags)],
+            infer_filters=request.infer_filters,
+            augmentations=len(request.augmentation or []),
+            fetch_ids=len(request.fetch or []),
+            expand=request.continuation is not None,
+            synthesize=request.synthesize,
+            deferred=request.deferred,
+            trace=request.trace,
+        )  # fmt: skip
+    if response is not None:
+        documents = response.route.get("documents")
+        shape.update(
+            resolved=response.record is not None,
+            tombstone=bool(response.record and response.record.tombstone),
+            aliases=len(response.record.aliases) if response.record else 0,
+            partial=response.partial,
+            effective_depth=documents.effective_depth if documents else None,
+            backend=documents.backend if documents else None,
+            fallback=documents.fallback_reason if documents else None,
+            sources={
+                s: {"status": r.status, "items": len(r.items), "bytes": r.bytes_used, "dropped": r.dropped,
+                    "error": r.error is not None}
+                for s, r in response.sources.items()
+            },
+            bytes_used=sum(r.bytes_used for r in response.sources.values()),
+            continuation=response.continuation is not None,
+            synthesis=None if response.synthesis is None else ("error" if response.synthesis.error else "ok"),
+        )  # fmt: skip
+    return shape
+
+
+def audit_dict(row: AuditRow) -> dict[str, Any]:
+    return {
+        "call_id": row.call_id, "caller": row.caller, "front_end": row.front_end,
+        "at": datetime.fromtimestamp(row.at, timezone.utc).isoformat(), "latency_ms": row.latency_ms,
+        "mode": row.mode, "depth": row.depth, "outcome": row.outcome, "error_type": row.error_type,
+        "units": row.units, "shape": json.loads(row.shape),
+    }  # fmt: skip
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def _plain(item: Any) -> Any:
+    return item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item
+
+
+def _validate(model: type[BaseModel], data: Any, *, prefix: str = "") -> Any:
+    """``model`` from ``data``, or :class:`InvalidRequest` naming the first offending field."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join([p for p in [prefix] if p] + [str(p) for p in first["loc"]]) or prefix or "body"
+        message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
+        raise InvalidRequest(f"invalid {model.__name__}: {where}: {message}", field=where) from None
+

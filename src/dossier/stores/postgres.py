@@ -1,0 +1,631 @@
+"""The scale store: PostgreSQL with pgvector (HNSW, cosine) and ``tsvector`` / GIN full text, via psycopg 3.
+
+Layout (``postgres_schema.py``): one table per kind of item, every row keyed by ``(org, id)``; full
+text in generated ``tsvector`` columns with GIN indexes; vectors in ``vectors``, list-partitioned by
+org, so each org's nearest-neighbour search runs over its own rows and its own index (an HNSW graph
+filtered by org afterwards would return too few hits for a small org).
+
+Vector search is exact (a scan of the org's rows of one kind) until that org holds ``exact_below``
+vectors of the kind; the write that crosses the line builds a partial HNSW index (cosine) for that org
+and kind, and searches then use it with ``hnsw.ef_search = max(ef_search, limit)``. Searches among the
+children of ``parents`` are always exact (the rows come from the ``(org, kind, parent)`` index).
+
+Org scoping: every statement filters by org, and row-level security holds each connection to the org
+in its ``dossier.org`` setting, set before every statement that reads or writes org data (once per
+session while it stays on one org; per transaction with ``settings=transaction``, for a pooler such as
+PgBouncer in transaction mode). Connections run in autocommit; a write is one transaction. No rows are
+cached between calls, so a write by any process is seen by the next read of every process (full-text
+statistics are kept a few minutes, see ``postgres_fulltext.py``).
+
+Options come from the constructor or from ``dossier_*`` parameters of the URL (so that
+``DOSSIER_DATABASE_URL`` can carry them), e.g. ``postgresql://app@db/dossier?dossier_ef_search=200``:
+``exact_below``, ``ef_search``, ``hnsw_m``, ``hnsw_ef_construction``, ``index_build_memory`` and
+``settings`` (``session`` or ``transaction``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator, Sequence
+from urllib.parse import parse_qsl, urlencode
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types import TypeInfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+from pgvector.psycopg.vector import register_vector_info
+
+from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
+from ..errors import SchemaMismatch, StoreError, StoreUnavailable
+from ..identifiers import IdentifierKind, normalize
+from .base import VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org
+from .fulltext import terms
+from .postgres_fulltext import TextSearch
+from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, partition_ddl
+from .postgres_write import group_by_org, write_org
+
+_TABLES: dict[str, str] = {
+    "org": "orgs", "caller": "callers", "record": "records",
+    "memory": "memories", "document": "documents", "edge": "edges",
+}  # fmt: skip
+_MIGRATION_LOCK = 7_345_001  # pg_advisory_xact_lock keys
+_PARTITION_LOCK = 7_345_002
+_INDEX_LOCK = 7_345_003
+_MAX_EF_SEARCH = 1000  # pgvector's ceiling; an HNSW scan returns at most ef_search rows
+_CHUNK = 20_000
+_ANALYZE_AFTER = 10_000  # rows of one table in one write
+
+
+class _Connection(psycopg.Connection):
+    """A pooled connection that remembers its session settings, so they are sent only when they change."""
+
+    dossier_org: str | None = None
+    ef_search: int | None = None
+
+
+class PostgresStore:
+    """A :class:`~dossier.stores.base.Store` in one PostgreSQL database (pgvector >= 0.5 installed)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        exact_below: int = 2_000,
+        ef_search: int = 100,
+        hnsw_m: int = 16,
+        hnsw_ef_construction: int = 64,
+        index_build_memory: str = "1GB",
+        session_settings: bool = True,
+        pool_size: int = 8,
+        timeout: float = 30.0,
+    ) -> None:
+        self.url = url
+        url, options = _dossier_options(url)
+        self.exact_below = int(options.get("exact_below", exact_below))
+        self.ef_search = int(options.get("ef_search", ef_search))
+        self.hnsw_m = int(options.get("hnsw_m", hnsw_m))
+        self.hnsw_ef_construction = int(options.get("hnsw_ef_construction", hnsw_ef_construction))
+        self.index_build_memory = options.get("index_build_memory", index_build_memory)
+        self.session_settings = options.get("settings", "session" if session_settings else "transaction") == "session"
+        self._indexed: dict[tuple[str, str], float | bool] = {}  # (org, kind) -> True, or when last seen unindexed
+        self._partitions: dict[str, str] = {}  # org -> partition table, once known to exist
+        self._text = TextSearch(lambda org, query, params: self._query(org, query, params))
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
+                self.row_security_enforced = self._migrate(conn)
+                info = TypeInfo.fetch(conn, "vector")
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"cannot open PostgreSQL store at {self.url}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot prepare PostgreSQL store at {self.url}: {exc}") from exc
+        assert info is not None
+
+        def configure(conn: psycopg.Connection) -> None:
+            register_vector_info(conn, info)
+            conn.execute("SET timezone = 'UTC'; SET client_min_messages = warning")
+
+        self._pool = ConnectionPool(
+            url, min_size=1, max_size=pool_size, timeout=timeout, connection_class=_Connection,
+            kwargs={"autocommit": True}, configure=configure, open=False, name="dossier",
+        )  # fmt: skip
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(f"cannot connect to PostgreSQL store at {self.url}: {exc}") from exc
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._pool.close()
+
+    def _migrate(self, conn: psycopg.Connection) -> bool:
+        """Bring the schema to :data:`SCHEMA_VERSION` (one process at a time); True if RLS binds this role."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+            if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+                try:
+                    conn.execute("CREATE EXTENSION vector")
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise StoreUnavailable(
+                        "the pgvector extension is not installed in this database and this role may not install "
+                        'it: run "CREATE EXTENSION vector" as a superuser once'
+                    ) from exc
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS dossier_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
+            )
+            version = conn.execute("SELECT coalesce(max(version), 0) FROM dossier_schema").fetchone()[0]  # type: ignore[index]
+            if version > SCHEMA_VERSION:
+                raise SchemaMismatch(
+                    f"{self.url} has schema version {version}; this dossier knows up to {SCHEMA_VERSION}: upgrade dossier"
+                )
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                conn.execute(script)  # type: ignore[arg-type]
+                conn.execute("INSERT INTO dossier_schema VALUES (%s, now())", [number])
+            row = conn.execute(
+                "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+        return not (row and row[0])
+
+    def bind_embedder(self, model_id: str, dimensions: int) -> None:
+        wanted = f"{model_id}:{dimensions}"
+        with self._transaction(None) as conn:
+            conn.execute("INSERT INTO dossier_meta VALUES ('embedder', %b) ON CONFLICT (key) DO NOTHING", [wanted])
+            found = conn.execute("SELECT value FROM dossier_meta WHERE key = 'embedder'").fetchone()[0]  # type: ignore[index]
+        if found != wanted:
+            raise SchemaMismatch(f"{self.url} holds vectors of {found}, not {wanted}: open it with the same embedder")
+
+    # -- connections -------------------------------------------------------------------------------
+    def _scope(self, conn: _Connection, org: str, ef_search: int | None = None) -> None:
+        """Point the connection's session at ``org`` (row-level security) and, if given, an ef_search."""
+        if conn.dossier_org != org or (ef_search is not None and conn.ef_search != ef_search):
+            conn.execute(
+                "SELECT set_config('dossier.org', %b, false), set_config('hnsw.ef_search', %b, false)",
+                [org, str(ef_search or conn.ef_search or 40)],
+            )
+            conn.dossier_org, conn.ef_search = org, ef_search or conn.ef_search
+
+    def _query(self, org: str, query: str | sql.Composed, params: Sequence[Any] = (), *, ef_search: int | None = None) -> list[tuple]:
+        try:
+            with self._pool.connection() as conn:
+                if self.session_settings:
+                    self._scope(conn, org, ef_search)  # type: ignore[arg-type]
+                    return conn.execute(query, params, binary=True).fetchall()  # type: ignore[arg-type]
+                with conn.transaction():  # behind a transaction-pooling proxy: settings last one transaction
+                    conn.execute(
+                        "SELECT set_config('dossier.org', %b, true), set_config('hnsw.ef_search', %b, true)",
+                        [org, str(ef_search or 40)],
+                    )
+                    return conn.execute(query, params, binary=True).fetchall()  # type: ignore[arg-type]
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailable(f"PostgreSQL store at {self.url} is unreachable: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL query failed: {exc}") from exc
+
+    def _transaction(self, org: str | None) -> "_Transaction":
+        return _Transaction(self, org)
+
+    # -- writes ------------------------------------------------------------------------------------
+    def write(self, batch: WriteBatch) -> None:
+        groups = group_by_org(batch)  # refuses an item without an org before anything is written
+        vector_orgs = sorted({v.org for v in batch.vectors})
+        for org in vector_orgs:
+            self._ensure_partition(org)
+        try:
+            with self._transaction(None) as conn:
+                for org in sorted(groups):
+                    conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
+                    write_org(conn.cursor(binary=True), org, groups[org])
+        except StoreError:
+            raise
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL write failed (nothing was written): {exc}") from exc
+        self._text.forget(set(groups))
+        self._analyze(batch)
+        for org, kind in sorted({(v.org, v.kind) for v in batch.vectors}):
+            self._maybe_index(org, kind)
+
+    def _analyze(self, batch: WriteBatch) -> None:
+        """Refresh the planner's statistics after a large write (choosing between the GIN index and the
+        (org, record) index, say, depends on them), rather than waiting for autovacuum to notice."""
+        sections = sum(len(d.sections) for d, _ in batch.documents)
+        sizes = {"records": len(batch.records), "memories": len(batch.memories), "memories_fts": len(batch.memories),
+                 "edges": len(batch.edges), "documents": len(batch.documents), "sections": sections,
+                 "sections_fts": sections, "vectors": len(batch.vectors)}  # fmt: skip
+        large = [table for table, n in sizes.items() if n >= _ANALYZE_AFTER]
+        if large:  # VACUUM too: on all-visible pages, counting GIN matches skips the table (full-text IDF)
+            with self._pool.connection() as conn:
+                conn.execute("VACUUM (ANALYZE) " + ", ".join(large))
+
+    def _ensure_partition(self, org: str) -> None:
+        """Create ``org``'s vector partition if it does not exist yet (its own short transaction)."""
+        if org in self._partitions:
+            return
+        name = "vectors_" + hashlib.sha256(org.encode()).hexdigest()[:20]
+        try:
+            with self._transaction(org) as conn:
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [_PARTITION_LOCK, org])
+                if conn.execute("SELECT 1 FROM vector_partitions WHERE org = %b", [org]).fetchone() is None:
+                    literal = sql.Literal(org).as_string(conn)
+                    for statement in partition_ddl(name, literal):
+                        conn.execute(statement)  # type: ignore[arg-type]
+                    conn.execute("INSERT INTO vector_partitions VALUES (%b, %b)", [org, name])
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot create the vector partition of org {org!r}: {exc}") from exc
+        self._partitions[org] = name
+
+    def _index_name(self, org: str, kind: str) -> str:
+        return f"{self._partitions[org]}_{kind}_hnsw"
+
+    def _maybe_index(self, org: str, kind: str) -> None:
+        """Build the HNSW index of ``org``'s ``kind`` vectors once they reach ``exact_below`` rows."""
+        if self._is_indexed(org, kind, fresh=True):
+            return
+        count = self._query(
+            org,
+            "SELECT count(*) FROM (SELECT 1 FROM vectors WHERE org = %b AND kind = %b LIMIT %b) s",
+            [org, kind, self.exact_below],
+        )[0][0]
+        if count < self.exact_below:
+            return
+        dims = self._query(org, "SELECT vector_dims(embedding) FROM vectors WHERE org = %b AND kind = %b LIMIT 1", [org, kind])[0][0]
+        self._ensure_partition(org)
+        name, table = self._index_name(org, kind), self._partitions[org]
+        statement = sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw ((embedding::vector({dims})) vector_cosine_ops) "
+            "WITH (m = {m}, ef_construction = {efc}) WHERE kind = {kind}"
+        ).format(name=sql.Identifier(name), table=sql.Identifier(table), dims=sql.Literal(int(dims)),
+                 m=sql.Literal(self.hnsw_m), efc=sql.Literal(self.hnsw_ef_construction), kind=sql.Literal(kind))  # fmt: skip
+        try:
+            with self._transaction(org) as conn:
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [_INDEX_LOCK, name])
+                conn.execute("SELECT set_config('maintenance_work_mem', %b, true)", [self.index_build_memory])
+                conn.execute(statement)
+            with self._pool.connection() as conn:  # so the planner weighs the index against the org's real size
+                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot build the HNSW index {name}: {exc}") from exc
+        self._indexed[(org, kind)] = True
+
+    def _is_indexed(self, org: str, kind: str, *, fresh: bool = False) -> bool:
+        """Whether ``org``'s ``kind`` vectors have their HNSW index (re-checked at most every 5 s)."""
+        state = self._indexed.get((org, kind))
+        if state is True:
+            return True
+        if not fresh and state is not None and time.monotonic() - state < 5.0:
+            return False
+        rows = self._query(
+            org,
+            "SELECT p.name FROM vector_partitions p JOIN pg_indexes i ON i.tablename = p.name "
+            "WHERE p.org = %b AND i.schemaname = current_schema() AND i.indexname = p.name || '_' || %b || '_hnsw'",
+            [org, kind],
+        )
+        if rows:
+            self._partitions[org] = rows[0][0]
+        self._indexed[(org, kind)] = True if rows else time.monotonic()
+        return bool(rows)
+
+    def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
+        require_org(org, "content_hashes")
+        table = _TABLES[kind]
+        scope = "id = %b" if kind == "org" else "org = %b"  # an org row is its own scope
+        out: dict[str, str] = {}
+        for chunk in _chunks(list(ids)):
+            out.update(self._query(org, f"SELECT id, hash FROM {table} WHERE {scope} AND id = ANY(%b::text[])", [org, chunk]))
+        return out
+
+    def vector_hashes(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, str]:
+        require_org(org, "vector_hashes")
+        out: dict[str, str] = {}
+        for chunk in _chunks(list(keys)):
+            out.update(
+                self._query(
+                    org,
+                    "SELECT key, text_hash FROM vectors WHERE org = %b AND kind = %b AND key = ANY(%b::text[])",
+                    [org, kind, chunk],
+                )
+            )
+        return out
+
+    def put_settings(self, settings: dict, *, org: str) -> None:
+        require_org(org, "put_settings")
+        self._query(
+            org,
+            "INSERT INTO org_settings VALUES (%b, %b::json, now()) "
+            "ON CONFLICT (org) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at RETURNING org",
+            [org, json.dumps(settings, sort_keys=True)],
+        )
+
+    def get_settings(self, *, org: str) -> dict | None:
+        require_org(org, "get_settings")
+        rows = self._query(org, "SELECT settings FROM org_settings WHERE org = %b", [org])
+        return rows[0][0] if rows else None
+
+    def put_result(self, call_id: str, result: dict, *, org: str) -> None:
+        require_org(org, "put_result")
+        self._query(
+            org,
+            "INSERT INTO results VALUES (%b, %b, %b::json, now()) ON CONFLICT (org, call_id) DO UPDATE "
+            "SET result = excluded.result, updated_at = excluded.updated_at RETURNING call_id",
+            [org, call_id, json.dumps(result, sort_keys=True, default=str)],
+        )
+
+    def get_result(self, call_id: str, *, org: str) -> dict | None:
+        require_org(org, "get_result")
+        rows = self._query(org, "SELECT result FROM results WHERE org = %b AND call_id = %b", [org, call_id])
+        return rows[0][0] if rows else None
+
+    # -- reads by id -------------------------------------------------------------------------------
+    def get_org(self, *, org: str) -> Org | None:
+        require_org(org, "get_org")
+        rows = self._query(org, "SELECT id, name FROM orgs WHERE id = %b", [org])
+        return Org(id=rows[0][0], name=rows[0][1]) if rows else None
+
+    def get_caller(self, caller_id: str, *, org: str) -> Caller | None:
+        require_org(org, "get_caller")
+        rows = self._query(org, "SELECT id, org, roles FROM callers WHERE org = %b AND id = %b", [org, caller_id])
+        return Caller(id=rows[0][0], org=rows[0][1], roles=tuple(rows[0][2])) if rows else None
+
+    def get_records(self, ids: Sequence[str], *, org: str) -> list[Record]:
+        require_org(org, "get_records")
+        found: list[Record] = []
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            found.extend(self._select_records(org, "id = ANY(%b::text[])", [chunk]))
+        return _in_order(ids, found)
+
+    def _select_records(self, org: str, where: str, params: list[Any], tail: str = "") -> list[Record]:
+        rows = self._query(
+            org,
+            "SELECT org, id, kind, email, phone, website, profile_url, properties, merged_into, pending_deletion "
+            f"FROM records WHERE org = %b AND {where} {tail}",
+            [org, *params],
+        )
+        return [_record(row) for row in rows]
+
+    def get_memories(self, ids: Sequence[str], *, org: str) -> list[Memory]:
+        require_org(org, "get_memories")
+        found: list[Memory] = []
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            rows = self._query(
+                org, "SELECT org, id, record, text, created_at FROM memories WHERE org = %b AND id = ANY(%b::text[])", [org, chunk]
+            )
+            found.extend(_memory(row) for row in rows)
+        return _in_order(ids, found)
+
+    def get_documents(self, ids: Sequence[str], *, org: str) -> list[Document]:
+        require_org(org, "get_documents")
+        found: list[Document] = []
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            rows = self._query(
+                org,
+                "SELECT d.org, d.id, d.title, d.doc_type, d.tags, d.visible_to_roles, d.attached_record, d.is_system, "
+                "s.ids, s.headings, s.texts FROM documents d LEFT JOIN LATERAL ("
+                "  SELECT array_agg(id ORDER BY position) AS ids, array_agg(heading ORDER BY position) AS headings,"
+                "         array_agg(text ORDER BY position) AS texts"
+                "  FROM sections WHERE org = d.org AND document = d.id) s ON true "
+                "WHERE d.org = %b AND d.id = ANY(%b::text[])",
+                [org, chunk],
+            )
+            found.extend(_document(row) for row in rows)
+        return _in_order(ids, found)
+
+    def find_documents(
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int
+    ) -> list[Document]:
+        require_org(org, "find_documents")
+        where = "org = %b"
+        params: list[Any] = [org]
+        if doc_types:
+            where += " AND doc_type = ANY(%b::text[])"
+            params.append(list(doc_types))
+        if tags:
+            where += " AND tags && %b::text[]"
+            params.append(list(tags))
+        rows = self._query(org, f"SELECT id FROM documents WHERE {where} ORDER BY id LIMIT %b", [*params, int(limit)])
+        return self.get_documents([r[0] for r in rows], org=org)
+
+    # -- records -----------------------------------------------------------------------------------
+    def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:
+        require_org(org, "find_records")
+        if kind not in ("email", "phone", "website", "profile_url"):
+            raise ValueError(f"unknown identifier kind {kind!r}")
+        try:
+            value = normalize(kind, value)
+        except ValueError:
+            return []  # not an identifier of this kind, so no record has it
+        return self._select_records(org, f"{kind} = %b", [value], "ORDER BY id")
+
+    def records_by_domain(self, domain: str, *, org: str, limit: int) -> list[Record]:
+        require_org(org, "records_by_domain")
+        return self._select_records(org, "domain = %b", [domain], f"ORDER BY id LIMIT {int(limit)}")
+
+    def merged_from(self, record_id: str, *, org: str) -> list[str]:
+        require_org(org, "merged_from")
+        rows = self._query(
+            org,
+            "WITH RECURSIVE merged(id) AS ("
+            "  SELECT id FROM records WHERE org = %b AND merged_into = %b"
+            "  UNION SELECT r.id FROM records r JOIN merged m ON r.merged_into = m.id WHERE r.org = %b"
+            ") SELECT id FROM merged WHERE id <> %b ORDER BY id",
+            [org, record_id, org, record_id],
+        )
+        return [r[0] for r in rows]
+
+    # -- recall ------------------------------------------------------------------------------------
+    def search_text(
+        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        require_org(org, "search_text")
+        if kind not in ("section", "memory"):
+            raise ValueError(f"no full-text search over {kind!r}")
+        found = terms(query)
+        if not found or limit <= 0 or (parents is not None and not parents):
+            return []
+        rows = self._text.search(kind, found, org=org, limit=int(limit), parents=parents)
+        return [Hit(id=r[0], parent=r[1], score=float(r[2])) for r in rows]
+
+    def search_vectors(
+        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        require_org(org, "search_vectors")
+        if kind not in VECTOR_KINDS:
+            raise ValueError(f"unknown vector kind {kind!r}")
+        if limit <= 0 or (parents is not None and not parents):
+            return []
+        q = np.asarray(vector, dtype=np.float32)
+        if parents is None and limit <= _MAX_EF_SEARCH and self._is_indexed(org, kind):
+            dims = int(q.shape[0])
+            rows = self._query(
+                org,
+                f"SELECT key, parent, d FROM (SELECT key, parent, embedding::vector({dims}) <=> %b::vector({dims}) AS d "
+                f"FROM vectors WHERE org = %b AND kind = '{kind}' ORDER BY d LIMIT %b) s ORDER BY d, key",
+                [q, org, int(limit)],
+                ef_search=min(_MAX_EF_SEARCH, max(self.ef_search, int(limit))),
+            )
+        elif parents is None:
+            rows = self._query(
+                org,
+                "SELECT key, parent, d FROM (SELECT key, parent, embedding <=> %b AS d FROM vectors "
+                "WHERE org = %b AND kind = %b) s ORDER BY d, key LIMIT %b",
+                [q, org, kind, int(limit)],
+            )
+        else:  # each parent's rows through the (org, kind, parent) index, whatever the statistics say
+            rows = self._query(
+                org,
+                "SELECT key, parent, d FROM (SELECT v.key, v.parent, v.embedding <=> %b AS d "
+                "FROM unnest(%b::text[]) p(id) JOIN vectors v ON v.org = %b AND v.kind = %b AND v.parent = p.id COLLATE \"C\""
+                ") s ORDER BY d, key LIMIT %b",
+                [q, list(dict.fromkeys(parents)), org, kind, int(limit)],
+            )
+        return [Hit(id=r[0], parent=r[1], score=1.0 - float(r[2])) for r in rows]
+
+    def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
+        require_org(org, "recent_memories")
+        if not record_ids or limit <= 0:
+            return []
+        # the newest ``limit`` of each record from the (org, record, created_at DESC, id) index, then merged
+        rows = self._query(
+            org,
+            "SELECT m.org, m.id, m.record, m.text, m.created_at FROM unnest(%b::text[]) r(id) CROSS JOIN LATERAL ("
+            "  SELECT org, id, record, text, created_at FROM memories WHERE org = %b AND record = r.id "
+            "  ORDER BY created_at DESC, id LIMIT %b) m ORDER BY m.created_at DESC, m.id LIMIT %b",
+            [sorted(set(record_ids)), org, int(limit), int(limit)],
+        )
+        return [_memory(row) for row in rows]
+
+    def edges_around(
+        self,
+        record_ids: Sequence[str],
+        *,
+        org: str,
+        max_hops: int,
+        limit: int,
+        include_inactive: bool = False,
+        include_stubs: bool = False,
+    ) -> list[EdgeHop]:
+        require_org(org, "edges_around")
+        if not record_ids or max_hops < 1 or limit <= 0:
+            return []
+        # An edge can be walked when it joins two live records (and is active and not to a stub, unless
+        # asked). A record's depth is its hop distance from the seeds; an edge is reached at 1 + the smaller
+        # depth of its ends, as a breadth-first walk reaches it. Edges are found through the (org, src) and
+        # (org, dst) indexes, never by reading the org's whole graph.
+        walkable = (
+            "JOIN records s ON s.org = e.org AND s.id = e.src AND NOT s.pending_deletion "
+            "JOIN records d ON d.org = e.org AND d.id = e.dst AND NOT d.pending_deletion "
+            "WHERE e.org = %b"
+            + ("" if include_inactive else " AND e.active")
+            + ("" if include_stubs else " AND NOT e.dst_is_stub")
+        )
+        rows = self._query(
+            org,
+            "WITH RECURSIVE reach(node, depth) AS ("
+            "  SELECT id COLLATE \"C\", 0 FROM unnest(%b::text[]) seeds(id)"
+            "  UNION"
+            "  SELECT CASE WHEN e.src = r.node THEN e.dst ELSE e.src END, r.depth + 1"
+            f" FROM reach r JOIN edges e ON e.src = r.node OR e.dst = r.node {walkable} AND r.depth + 1 < %b"
+            "), depth AS (SELECT node, min(depth) AS depth FROM reach GROUP BY node), "
+            "touched AS ("
+            f" SELECT e.id, 1 + min(n.depth) AS hops FROM depth n JOIN edges e ON e.src = n.node OR e.dst = n.node"
+            f" {walkable} GROUP BY e.id) "
+            "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub, t.hops "
+            "FROM touched t JOIN edges e ON e.org = %b AND e.id = t.id "
+            "ORDER BY t.hops, e.confidence DESC, e.weight DESC, e.id LIMIT %b",
+            [list(dict.fromkeys(record_ids)), org, int(max_hops), org, org, int(limit)],
+        )
+        return [EdgeHop(_edge(row), int(row[9])) for row in rows]
+
+    def counts(self, *, org: str) -> dict[str, int]:
+        require_org(org, "counts")
+        tables = ("callers", "records", "memories", "documents", "sections", "edges", "vectors")
+        query = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t} WHERE org = %b" for t in tables)
+        return {name: int(n) for name, n in self._query(org, query, [org] * len(tables))}
+
+    def org_ids(self) -> list[str]:
+        """Every org in the store (an administrative read, used by the CLI's summary)."""
+        try:
+            with self._transaction(None) as conn:
+                conn.execute("SELECT set_config('dossier.admin', 'on', true)")
+                return [r[0] for r in conn.execute("SELECT id FROM orgs ORDER BY id").fetchall()]
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL query failed: {exc}") from exc
+
+
+class _Transaction:
+    """``with store._transaction(org) as conn``: one pooled connection in one transaction, scoped to ``org``
+    (None: scoped per statement by the caller). Driver errors inside surface as they are (callers translate)."""
+
+    def __init__(self, store: PostgresStore, org: str | None) -> None:
+        self.store, self.org = store, org
+
+    def __enter__(self) -> psycopg.Connection:
+        try:
+            self._lease = self.store._pool.connection()
+            conn = self._lease.__enter__()
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailable(f"PostgreSQL store at {self.store.url} is unreachable: {exc}") from exc
+        self._tx = conn.transaction()
+        self._tx.__enter__()
+        if self.org is not None:
+            conn.execute("SELECT set_config('dossier.org', %b, true)", [self.org])
+        return conn
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._tx.__exit__(*exc)
+        finally:
+            self._lease.__exit__(*exc)
+
+
+def _dossier_options(url: str) -> tuple[str, dict[str, str]]:
+    """Split ``dossier_*`` query parameters (the store's own options) off a ``postgresql://`` URL."""
+    if "?" not in url or "://" not in url:
+        return url, {}
+    base, query = url.split("?", 1)
+    pairs = parse_qsl(query, keep_blank_values=True)
+    options = {k[len("dossier_") :]: v for k, v in pairs if k.startswith("dossier_")}
+    rest = [(k, v) for k, v in pairs if not k.startswith("dossier_")]
+    return (f"{base}?{urlencode(rest)}" if rest else base), options
+
+
+def _chunks(values: list, size: int = _CHUNK) -> Iterator[list]:
+    for i in range(0, len(values), size):
+        yield values[i : i + size]
+
+
+def _in_order(ids: Sequence[str], items: Iterable[Any]) -> list:
+    by_id = {item.id: item for item in items}
+    return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+
+def _record(row: tuple) -> Record:
+    identifiers = Identifiers.model_construct(email=row[3], phone=row[4], website=row[5], profile_url=row[6])
+    return Record.model_construct(
+        org=row[0], id=row[1], kind=row[2], identifiers=identifiers, properties=row[7],
+        merged_into=row[8], pending_deletion=row[9],
+    )  # fmt: skip
+
+
+def _memory(row: tuple) -> Memory:
+    created: datetime = row[4]
+    return Memory.model_construct(org=row[0], id=row[1], record=row[2], text=row[3], created_at=created.astimezone(timezone.utc))
+
+
+def _document(row: tuple) -> Document:
+    ids, headings, texts = row[8] or [], row[9] or [], row[10] or []
+    sections = tuple(Section(id=i, heading=h, text=t) for i, h, t in zip(ids, headings, texts))
+    return Document(
+        org=row[0], id=row[1], title=row[2], doc_type=row[3], tags=tuple(row[4]),
+        visible_to_roles=None if row[5] is None else tuple(row[5]), attached_record=row[6], is_system=row[7],
+        sections=sections or (Section(id=f"{row[1]}-empty"),),
+    )  # fmt: skip
+
+
+def _edge(row: tuple) -> Edge:
+    return Edge.model_construct(
+        org=row[0], id=row[1], src=row[2], dst=row[3], type=row[4], active=row[5], confidence=row[6],
+        weight=row[7], dst_is_stub=row[8],
+    )  # fmt: skip

@@ -1,0 +1,111 @@
+"""Full-text search over ``tsvector`` columns, ranked the way BM25 ranks (rare words weigh more).
+
+PostgreSQL's ``ts_rank`` weighs every query word alike and ranks every row that matches any of them;
+on a large org a question with a common word ("price" in two thirds of the sections) then ranks tens
+of thousands of rows, at some microseconds each. So, per query:
+
+* each term (a word, or a code such as ``NW-EDU-40`` as a phrase, see :mod:`dossier.stores.fulltext`)
+  gets an inverse document frequency from its document frequency in the org (BM25's
+  ``ln((N - df + 0.5) / (df + 0.5))``, at least 1e-6 as in SQLite's FTS5), and a row's score is the sum
+  over terms of ``idf * ts_rank(row, term)`` (section titles and headings weigh twice their text);
+* document frequencies are counted through the GIN index (up to half the org's rows, where the IDF
+  reaches its floor) and kept for ``ttl`` seconds per (org, kind), dropped at once when this process
+  writes to the org: they are corpus statistics, which FTS5 keeps in its index and GIN does not expose;
+* the match is pruned by IDF: the rarest terms, as many as together match at most ``cap`` rows, select
+  the candidates; the other terms only add to their scores. Only when fewer than ``limit`` rows match
+  the rare terms are rows matching the others ranked too, at most ``cap`` of them (words that common
+  carry little evidence: their IDF is near zero). Under ``cap`` rows nothing is pruned, so a small org
+  (or a search among a few parents) gets the complete ranking.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Sequence
+
+_WEIGHTS = "{0.1, 0.2, 0.5, 1.0}"  # D, C, B (section text), A (title, heading)
+_TABLES = {"section": ("sections", "document"), "memory": ("memories", "record")}  # content table, parent column
+
+Query = Callable[[str, str, Sequence[Any]], list[tuple]]  # (org, sql, params) -> rows
+
+
+class TextSearch:
+    def __init__(self, query: Query, *, cap: int = 2_000, ttl: float = 300.0) -> None:
+        self._query = query
+        self.cap = cap
+        self.ttl = ttl
+        self._rows: dict[tuple[str, str], tuple[int, float]] = {}  # (org, kind) -> (rows, when counted)
+        self._df: dict[tuple[str, str, str], tuple[int, float]] = {}  # (org, kind, term) -> (df, when counted)
+
+    def forget(self, orgs: set[str]) -> None:
+        """Drop the statistics of ``orgs`` (this process just wrote to them)."""
+        self._rows = {k: v for k, v in self._rows.items() if k[0] not in orgs}
+        self._df = {k: v for k, v in self._df.items() if k[0] not in orgs}
+
+    def search(self, kind: str, found: list[str], *, org: str, limit: int, parents: Sequence[str] | None) -> list[tuple]:
+        """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``."""
+        table, parent = _TABLES[kind]
+        rows, df = self._statistics(org, kind, found)
+        idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
+        score = " + ".join([f"%b * ts_rank('{_WEIGHTS}', tsv, phraseto_tsquery('english', %b), 1)"] * len(found))
+        weighted = [x for t in found for x in (idf[t], t)]
+        scope, scope_params = "org = %b", [org]  # type: str, list[Any]
+        rare: list[str] = []
+        if parents is not None:  # a few parents' rows come from the (org, parent) index: match every term
+            scope += f" AND {parent} = ANY(%b::text[])"
+            scope_params.append(list(dict.fromkeys(parents)))
+            rare = list(found)
+        else:
+            matched = 0
+            for term in sorted(found, key=lambda t: (df[t], t)):  # rarest first
+                if rare and matched + df[term] > self.cap:
+                    break
+                rare.append(term)
+                matched += df[term]
+        common = [t for t in found if t not in rare]
+        fts = f"{table}_fts"
+        out = self._query(
+            org,
+            f"SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
+            f"AND tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b",
+            [*weighted, *scope_params, *rare, self.cap, int(limit)],
+        )
+        if common and len(out) < limit:
+            out += self._query(
+                org,
+                f"SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
+                f"AND tsv @@ ({_any(common)}) AND NOT tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b",
+                [*weighted, *scope_params, *common, *rare, self.cap, int(limit) - len(out)],
+            )
+            out.sort(key=lambda row: (-row[2], row[0]))
+        if not out:
+            return out
+        # hits leave the store only if the content table (row-level security) agrees they are the org's
+        visible = {r[0] for r in self._query(org, f"SELECT id FROM {table} WHERE org = %b AND id = ANY(%b::text[])",
+                                               [org, [row[0] for row in out]])}  # fmt: skip
+        return [row for row in out if row[0] in visible]
+
+    def _statistics(self, org: str, kind: str, found: list[str]) -> tuple[int, dict[str, int]]:
+        """Rows of ``kind`` in the org, and each term's document frequency (counted up to half the rows)."""
+        table, _ = _TABLES[kind]
+        now = time.monotonic()
+        cached = self._rows.get((org, kind))
+        if cached is None or now - cached[1] > self.ttl:
+            cached = (int(self._query(org, f"SELECT count(*) FROM {table}_fts WHERE org = %b", [org])[0][0]), now)
+            self._rows[(org, kind)] = cached
+        missing = [t for t in found if now - self._df.get((org, kind, t), (0, -math.inf))[1] > self.ttl]
+        if missing:
+            counted = self._query(
+                org,
+                f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE org = %b "
+                "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
+                [org, max(self.cap, cached[0] // 2), missing],  # past half the rows, BM25's IDF is nil
+            )
+            for term, n in counted:
+                self._df[(org, kind, term)] = (int(n), now)
+        return max(cached[0], 1), {t: self._df[(org, kind, t)][0] for t in found}
+
+
+def _any(found: Sequence[str]) -> str:
+    return " || ".join(["phraseto_tsquery('english', %b)"] * len(found))

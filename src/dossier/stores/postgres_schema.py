@@ -1,0 +1,136 @@
+"""Schema migrations of the PostgreSQL store; ``MIGRATIONS[i]`` moves a database from version i to i + 1.
+
+Applied versions are rows of ``dossier_schema``. Every table holding org data has row-level security
+keyed by the per-connection setting ``dossier.org`` (FORCE'd, so the owning role is held to it too):
+a statement that forgets its org filter still sees only the org the connection was scoped to.
+
+The one exception are the full-text tables ``sections_fts`` and ``memories_fts`` (ids, parent ids and
+``tsvector`` lexemes; no text), as SQLite keeps its FTS5 tables beside the content: PostgreSQL does not
+use a GIN index under a row-level security policy, because the ``@@`` operator is not leakproof, and
+every full-text search would then read all of the org's rows. Full-text hits are joined back to the
+protected table before they leave the store, so a search that forgot its org filter would still
+return nothing of another org.
+Vectors live in ``vectors``, list-partitioned by org; :func:`partition_ddl` adds one org's partition.
+Ids are ``COLLATE "C"`` so that ``ORDER BY id`` sorts bytewise, as the SQLite store does.
+"""
+
+from __future__ import annotations
+
+ORG_TABLES = ("callers", "records", "memories", "documents", "sections", "edges", "vectors", "org_settings", "vector_partitions")
+#: pgvector ships in pgserver as 0.6.2: HNSW indexes (0.5+), parallel HNSW builds (0.6+); no iterative scans
+#: (0.8), which is one reason vectors are partitioned by org rather than filtered after an index scan.
+ORG_SCOPE = "org = current_setting('dossier.org', true) COLLATE \"C\""
+
+
+def _row_security(table: str, column: str = "org", extra: str = "") -> str:
+    scope = f"{column} = current_setting('dossier.org', true) COLLATE \"C\"{extra}"
+    return (
+        f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;\n"
+        f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY;\n"
+        f"CREATE POLICY org_scope ON {table} USING ({scope}) WITH CHECK ({scope});\n"
+    )
+
+
+_V1_TABLES = """
+CREATE TABLE dossier_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE orgs (id text COLLATE "C" PRIMARY KEY, name text, hash text NOT NULL);
+CREATE TABLE callers (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, roles text[] NOT NULL, hash text NOT NULL,
+    PRIMARY KEY (org, id)
+);
+CREATE TABLE records (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, kind text NOT NULL,
+    email text COLLATE "C", phone text COLLATE "C", website text COLLATE "C", profile_url text COLLATE "C",
+    domain text COLLATE "C", properties json NOT NULL, merged_into text COLLATE "C",
+    pending_deletion boolean NOT NULL, hash text NOT NULL, PRIMARY KEY (org, id)
+);
+CREATE INDEX records_email ON records (org, email) WHERE email IS NOT NULL;
+CREATE INDEX records_phone ON records (org, phone) WHERE phone IS NOT NULL;
+CREATE INDEX records_website ON records (org, website) WHERE website IS NOT NULL;
+CREATE INDEX records_profile ON records (org, profile_url) WHERE profile_url IS NOT NULL;
+CREATE INDEX records_domain ON records (org, domain, id) WHERE domain IS NOT NULL;
+CREATE INDEX records_merged ON records (org, merged_into) WHERE merged_into IS NOT NULL;
+CREATE TABLE memories (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, record text COLLATE "C" NOT NULL,
+    text text NOT NULL, created_at timestamptz NOT NULL, hash text NOT NULL, PRIMARY KEY (org, id)
+);
+CREATE INDEX memories_recent ON memories (org, record, created_at DESC, id);
+CREATE TABLE memories_fts (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, record text COLLATE "C" NOT NULL,
+    tsv tsvector NOT NULL, PRIMARY KEY (org, id)
+);
+CREATE INDEX memories_fts_tsv ON memories_fts USING gin (tsv);
+CREATE INDEX memories_fts_record ON memories_fts (org, record);
+CREATE TABLE documents (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, title text NOT NULL, doc_type text NOT NULL,
+    tags text[] NOT NULL, visible_to_roles text[], attached_record text COLLATE "C", is_system boolean NOT NULL,
+    hash text NOT NULL, PRIMARY KEY (org, id)
+);
+CREATE TABLE sections (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, document text COLLATE "C" NOT NULL,
+    position integer NOT NULL, title text NOT NULL, heading text NOT NULL, text text NOT NULL,
+    PRIMARY KEY (org, id)
+);
+CREATE INDEX sections_document ON sections (org, document, position);
+CREATE TABLE sections_fts (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, document text COLLATE "C" NOT NULL,
+    tsv tsvector NOT NULL, PRIMARY KEY (org, id)
+);
+CREATE INDEX sections_fts_tsv ON sections_fts USING gin (tsv);
+CREATE INDEX sections_fts_document ON sections_fts (org, document);
+CREATE TABLE edges (
+    org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, src text COLLATE "C" NOT NULL,
+    dst text COLLATE "C" NOT NULL, type text NOT NULL, active boolean NOT NULL, confidence double precision NOT NULL,
+    weight double precision NOT NULL, dst_is_stub boolean NOT NULL, hash text NOT NULL, PRIMARY KEY (org, id)
+);
+CREATE INDEX edges_src ON edges (org, src);
+CREATE INDEX edges_dst ON edges (org, dst);
+CREATE TABLE vectors (
+    org text COLLATE "C" NOT NULL, kind text NOT NULL, key text COLLATE "C" NOT NULL,
+    parent text COLLATE "C" NOT NULL, text_hash text NOT NULL, embedding vector NOT NULL,
+    PRIMARY KEY (org, kind, key)
+) PARTITION BY LIST (org);
+CREATE INDEX vectors_parent ON vectors (org, kind, parent);
+CREATE TABLE vector_partitions (org text COLLATE "C" PRIMARY KEY, name text NOT NULL UNIQUE);
+CREATE TABLE org_settings (org text COLLATE "C" PRIMARY KEY, settings json NOT NULL, updated_at timestamptz NOT NULL);
+"""
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: everything the SQLite store has at its version 2, plus row-level security per org
+    _V1_TABLES
+    + "".join(_row_security(t) for t in ORG_TABLES)
+    + _row_security("orgs", "id", " OR current_setting('dossier.admin', true) = 'on'"),
+    # 2: results of deferred work (synthesis), fetched later by call id
+    """
+    CREATE TABLE results (
+        org text COLLATE "C" NOT NULL, call_id text COLLATE "C" NOT NULL, result json NOT NULL,
+        updated_at timestamptz NOT NULL, PRIMARY KEY (org, call_id)
+    );
+    """
+    + _row_security("results"),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def partition_ddl(name: str, org_literal: str) -> list[str]:
+    """Statements that create and attach one org's vector partition (``org_literal`` already quoted).
+
+    The table is created alone and then attached: ATTACH takes a lock on ``vectors`` that does not
+    conflict with reads and writes of other orgs, where CREATE TABLE ... PARTITION OF would block them.
+    The CHECK constraint lets ATTACH skip its validation scan.
+    """
+    return [
+        f'CREATE TABLE {name} (LIKE vectors INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+        f'ALTER TABLE {name} ADD CONSTRAINT {name}_org CHECK (org = {org_literal} COLLATE "C")',
+        f"ALTER TABLE vectors ATTACH PARTITION {name} FOR VALUES IN ({org_literal})",
+        *_row_security(name).strip().rstrip(";").split(";\n"),
+    ]
+
+
+#: The ``tsvector`` of a section (title and heading weigh as A, the text as B) and of a memory.
+SECTION_TSV = (
+    "setweight(to_tsvector('english', title), 'A') || setweight(to_tsvector('english', heading), 'A') "
+    "|| setweight(to_tsvector('english', text), 'B')"
+)
+MEMORY_TSV = "to_tsvector('english', text)"

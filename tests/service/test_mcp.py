@@ -1,0 +1,115 @@
+"""MCP end to end with the official client: over stdio (``dossier mcp`` as a subprocess) and over
+streamable HTTP (``/mcp`` of the live server); the same items as the Python API, and org isolation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any, Awaitable, Callable
+
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from .conftest import BRIEF, Live, item_keys, org_ids, principal, response_ids
+
+TOOLS = {"retrieve_unified", "remember", "add_document", "feedback"}
+Session = Callable[[Client], Awaitable[Any]]
+
+
+def over_http(live: Live, caller: str, work: Session) -> Any:
+    async def run() -> Any:
+        async with create_mcp_http_client(headers=live.auth(caller)) as http:
+            async with Client(streamable_http_client(f"{live.url}/mcp", http_client=http)) as client:
+                return await work(client)
+
+    return asyncio.run(run())
+
+
+def over_stdio(live: Live, caller: str, work: Session) -> Any:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "dossier.cli", "mcp"],
+        env={"DOSSIER_API_KEY": live.keys[caller], "DOSSIER_DATABASE_URL": f"sqlite:///{live.db}"},
+    )  # fmt: skip
+
+    async def run() -> Any:
+        async with Client(params, read_timeout_seconds=120) as client:
+            return await work(client)
+
+    return asyncio.run(run())
+
+
+async def call(client: Client, tool: str, arguments: dict[str, Any]) -> Any:
+    result = await client.call_tool(tool, arguments)
+    text = result.content[0].text  # type: ignore[union-attr]
+    return ("error", text) if result.is_error else json.loads(text)
+
+
+@pytest.mark.parametrize("transport", [over_http, over_stdio], ids=["http", "stdio"])
+def test_tools_are_listed_described_and_retrieve_matches_the_python_api(live: Live, transport: Any) -> None:
+    async def work(client: Client) -> Any:
+        tools = (await client.list_tools()).tools
+        return tools, await call(client, "retrieve_unified", BRIEF)
+
+    tools, response = transport(live, "ana", work)
+    assert {t.name for t in tools} == TOOLS
+    by_name = {t.name: t for t in tools}
+    schema = by_name["retrieve_unified"].input_schema
+    assert {"mode", "record", "message", "sources", "depth", "budget", "filters", "infer_filters", "augmentation",
+            "fetch", "continuation", "synthesize", "deferred", "trace"} == set(schema["properties"])  # fmt: skip
+    assert "org" not in schema["properties"] and schema.get("additionalProperties") is False
+    assert all(len(t.description or "") > 200 for t in tools)
+    expected = live.engine.retrieve(BRIEF, org="northwind", caller="ana")
+    assert item_keys(response) == item_keys(expected)
+
+
+@pytest.mark.parametrize("transport", [over_http, over_stdio], ids=["http", "stdio"])
+def test_the_key_decides_the_org_and_an_org_argument_is_refused(live: Live, transport: Any) -> None:
+    async def work(client: Client) -> Any:
+        return (await call(client, "retrieve_unified", BRIEF),
+                await call(client, "retrieve_unified", {**BRIEF, "org": "northwind"}),
+                await call(client, "retrieve_unified", {"continuation": "never-issued"}))  # fmt: skip
+
+    mine, forged, unknown = transport(live, "zoe", work)
+    assert mine["record"]["id"] == "b-jane" and not response_ids(mine) & org_ids("northwind")
+    assert forged[0] == "error" and "org" in forged[1]
+    assert unknown[0] == "error" and "unknown or has expired" in unknown[1]
+
+
+def test_remember_add_document_and_feedback_over_stdio(live: Live) -> None:
+    async def work(client: Client) -> Any:
+        memory = await call(client, "remember", {"record": {"email": "raj@acme.com"}, "text": "Raj moves to the Berlin office in July."})
+        document = await call(client, "add_document", {"title": "Desk booking", "markdown": "## Rules\nBook a desk a day ahead.",
+                                                        "tags": ["office"]})  # fmt: skip
+        found = await call(client, "retrieve_unified", {"mode": "brief", "record": {"email": "raj@acme.com"},
+                                                         "message": "Where is Raj moving?"})  # fmt: skip
+        rated = await call(client, "feedback", {"call_id": found["call_id"], "rating": 5, "comment": "found the move"})
+        return memory, document, found, rated
+
+    memory, document, found, rated = over_stdio(live, "ana", work)
+    assert memory["record_id"] == "rec-raj"
+    assert document == {"id": "desk-booking", "title": "Desk booking", "sections": ["desk-booking--rules"]}
+    assert memory["id"] in response_ids(found)
+    assert rated["recorded"] is True
+    row = live.service.store.get_audit(found["call_id"])
+    assert row is not None and row.front_end == "mcp" and row.caller == "ana"
+
+
+def test_feedback_on_another_orgs_call_is_refused_over_http(live: Live) -> None:
+    call_id = live.service.retrieve(principal("ana"), BRIEF).call_id
+
+    async def work(client: Client) -> Any:
+        return await call(client, "feedback", {"call_id": call_id, "rating": 1})
+
+    outcome = over_http(live, "zoe", work)
+    assert outcome[0] == "error" and "another org" in outcome[1]
+
+
+def test_mcp_over_http_without_a_key_is_401(live: Live) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    response = httpx.post(f"{live.url}/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
+    assert response.status_code == 401

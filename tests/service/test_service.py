@@ -1,0 +1,163 @@
+"""Layer 10 in-process (no sockets): keys, billing, audit, feedback and scoped loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dossier
+from dossier.errors import Forbidden, InvalidRequest, NotFound, Unauthorized
+from dossier.service import FeedbackRequest, Service, split_key
+
+from .conftest import BRIEF, principal, table_text
+
+
+def net(service: Service, org: str = "northwind") -> dict[str, tuple[int, int, int]]:
+    return {u.item: (u.calls, u.charged, u.refunded) for u in service.usage(org)}
+
+
+# -- keys --------------------------------------------------------------------------------------------
+def test_a_key_is_shown_once_stored_hashed_and_decides_org_and_caller(service: Service, db_path: Path) -> None:
+    row, key = service.create_key("southwind", "zoe", name="agent-1")
+    key_id, secret = split_key(key)  # type: ignore[misc]
+    assert key_id == row.id and secret not in table_text(db_path, "api_keys")
+    assert service.authenticate(key) == dossier.service.Principal(org="southwind", caller="zoe", key_id=row.id)
+    assert [k.id for k in service.list_keys(org="southwind")] == [row.id]
+    for bad in (None, "", "nonsense", f"dk_{key_id}_wrong", f"dk_unknown_{secret}", key + "x"):
+        with pytest.raises(Unauthorized):
+            service.authenticate(bad)
+    service.revoke_key(row.id)
+    with pytest.raises(Unauthorized, match="revoked"):
+        service.authenticate(key)
+    with pytest.raises(NotFound):
+        service.revoke_key(row.id)
+
+
+@pytest.mark.parametrize(("org", "caller"), [("nowhere", "ana"), ("northwind", "zoe"), ("southwind", "nobody")])
+def test_keys_are_only_made_for_known_callers_of_their_org(service: Service, org: str, caller: str) -> None:
+    with pytest.raises(NotFound):
+        service.create_key(org, caller)
+
+
+# -- billing -----------------------------------------------------------------------------------------
+def test_a_call_is_charged_up_front_and_audited(service: Service) -> None:
+    response = service.retrieve(principal("ana"), BRIEF)
+    assert net(service) == {"standard": (1, 2, 0)}
+    row = service.store.get_audit(response.call_id)
+    assert row is not None and (row.org, row.caller, row.outcome, row.units, row.front_end) == (
+        "northwind", "ana", "ok", 2, "python")  # fmt: skip
+    shape = json.loads(row.shape)
+    assert shape["sources"]["documents"]["items"] == len(response.sources["documents"].items)
+    assert shape["record_kind"] == "email" and shape["message_bytes"] == len(BRIEF["message"].encode())
+
+
+def test_a_call_that_throws_was_charged_before_it_ran_and_is_refunded(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        seen.append(net(service))  # the charge is already on the ledger while the call runs
+        raise RuntimeError("the engine broke")
+
+    monkeypatch.setattr(service.engine, "retrieve", boom)
+    with pytest.raises(RuntimeError):
+        service.retrieve(principal("ana"), {**BRIEF, "depth": "deep"})
+    assert seen == [{"deep": (1, 5, 0)}]
+    assert net(service) == {"deep": (1, 5, 5)}
+    [row] = service.store.audit_rows(org="northwind", limit=5)
+    assert (row.outcome, row.error_type, row.units) == ("error", "RuntimeError", 0)
+
+
+def test_what_did_not_run_is_given_back(service: Service) -> None:
+    service.retrieve(principal("ana"), {**BRIEF, "depth": "deep"})  # no model: runs as standard
+    service.retrieve(principal("ana"), {**BRIEF, "depth": "fast", "synthesize": True})  # no model: no synthesis
+    lines = {u.item: (u.charged, u.refunded, u.net) for u in service.usage("northwind")}
+    assert lines == {"deep": (5, 3, 2), "fast+synthesis": (6, 5, 1)}
+
+
+def test_an_invalid_request_is_audited_by_field_and_not_charged(service: Service) -> None:
+    with pytest.raises(InvalidRequest):
+        service.retrieve(principal("ana"), {"budget": {"totalTokens": 10**9}, "message": "secret question"})
+    assert service.usage("northwind") == []
+    [row] = service.store.audit_rows(org="northwind", limit=5)
+    assert row.outcome == "error" and json.loads(row.shape) == {"invalid_field": "budget.totalTokens"}
+
+
+def test_the_audit_holds_the_shape_of_calls_never_their_bodies(service: Service, db_path: Path) -> None:
+    ana = principal("ana")
+    response = service.retrieve(ana, BRIEF)
+    first = service.retrieve(ana, {**BRIEF, "budget": {"totalTokens": 900}})
+    service.retrieve(ana, {"continuation": first.continuation})
+    service.retrieve(principal("zoe"), {**BRIEF, "record": {"phone": "+1 415 555 0100"}})
+    for bad in ({**BRIEF, "record": {"email": "jane@acme.com"}, "colour": "red"}, {**BRIEF, "mode": "fetch"}):
+        with pytest.raises(InvalidRequest):
+            service.retrieve(ana, bad)
+    audit = table_text(db_path, "audit")
+    assert audit.count("\n") + 1 == 6
+    texts = [item.text for r in response.sources.values() for item in r.items if hasattr(item, "text")]
+    secrets_ = [BRIEF["message"], "jane@acme.com", "jane", "Jane", "rec-jane", "+1 415 555 0100", "4155550100", *texts[:5]]
+    for secret in secrets_:
+        assert secret not in audit, secret
+
+
+# -- calls and feedback ------------------------------------------------------------------------------
+def test_feedback_and_results_belong_to_the_org_of_the_call(service: Service) -> None:
+    call_id = service.retrieve(principal("ana"), BRIEF).call_id
+    row = service.feedback(principal("ben"), {"call_id": call_id, "rating": 4, "comment": "pricing rules were there"})
+    assert (row.org, row.caller, row.rating) == ("northwind", "ben", 4)
+    assert [f.rating for f in service.feedback_for(principal("ana"), call_id)] == [4]
+    assert service.call(principal("ana"), call_id)["summary"]["mode"] == "brief"
+    for action in (
+        lambda p: service.feedback(p, FeedbackRequest(call_id=call_id, rating=1)),
+        lambda p: service.feedback_for(p, call_id),
+        lambda p: service.call(p, call_id),
+    ):
+        with pytest.raises(Forbidden):
+            action(principal("zoe"))
+    with pytest.raises(NotFound):
+        service.call(principal("ana"), "0" * 32)
+    for body, field in (({"call_id": call_id, "rating": 9}, "rating"), ({"call_id": call_id, "rating": 3, "org": "x"}, "org")):
+        with pytest.raises(InvalidRequest) as caught:
+            service.feedback(principal("ana"), body)
+        assert caught.value.field == field
+
+
+# -- loading -----------------------------------------------------------------------------------------
+def test_a_bundle_needs_the_admin_role_and_stays_in_its_org(service: Service) -> None:
+    bundle = {"records": [{"id": "rec-new", "kind": "contact", "identifiers": {"email": "new@acme.com"}}]}
+    with pytest.raises(Forbidden, match="admin"):
+        service.load_bundle(principal("ana"), bundle)
+    for foreign in ({"orgs": [{"id": "southwind"}]}, {"records": [{**bundle["records"][0], "org": "southwind"}]},
+                    {"callers": [{"id": "eve", "org": "southwind", "roles": ["admin"]}]}):  # fmt: skip
+        with pytest.raises(Forbidden):
+            service.load_bundle(principal("admin"), foreign)
+    report = service.load_bundle(principal("admin"), bundle)
+    assert report.inserted == {"records": 1}
+    assert service.engine.store.get_records(["rec-new"], org="northwind")[0].org == "northwind"
+    assert service.engine.store.get_records(["rec-new"], org="southwind") == []
+
+
+def test_remember_follows_merges_and_the_memory_is_retrieved(service: Service) -> None:
+    memory = service.remember(principal("ana"), {"email": "jane.doe@acme.com"}, "Jane asked for invoices in EUR from May on.")
+    assert memory.record == "rec-jane" and memory.org == "northwind"  # rec-jane-old was merged into rec-jane
+    response = service.retrieve(principal("ana"), {**BRIEF, "message": "Which currency does Jane want invoices in?"})
+    assert memory.id in [m.id for m in response.sources["memories"].items]
+    with pytest.raises(NotFound):
+        service.remember(principal("zoe"), {"email": "jane.doe@acme.com"}, "southwind has no such record")
+    with pytest.raises(dossier.UsageError, match="pending deletion"):
+        service.remember(principal("ana"), {"id": "rec-george"}, "George is being deleted")
+
+
+def test_documents_are_added_in_the_org_and_hidden_ones_cannot_be_replaced(service: Service) -> None:
+    [doc] = service.add_documents(principal("ana"), [{"markdown": "# Visit policy\n\n## Parking\nPark in bay 4.\n",
+                                                      "tags": ["office"]}])  # fmt: skip
+    assert doc.id == "visit-policy" and doc.org == "northwind" and [s.heading for s in doc.sections] == ["Parking"]
+    with pytest.raises(Forbidden, match="may not see"):  # doc-commission is finance-only; ana is sales
+        service.add_documents(principal("ana"), [{"id": "doc-commission", "title": "Mine now", "markdown": "## x\ny"}])
+    with pytest.raises(Forbidden):
+        service.add_documents(principal("ana"), [{"org": "southwind", "title": "T", "markdown": "## x\ny"}])
+    with pytest.raises(InvalidRequest) as caught:
+        service.add_documents(principal("ana"), [{"title": "T"}])
+    assert "exactly one of" in str(caught.value)

@@ -1,0 +1,124 @@
+"""The ServiceStore contract: every backend (SQLite, PostgreSQL) keeps keys, sessions, audit, feedback and
+the ledger the same way, next to the data and without touching the data's schema."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator
+
+import pytest
+
+from dossier.stores import store_from_url
+from dossier.stores.service_base import (
+    ApiKey,
+    AuditRow,
+    Feedback,
+    LedgerEntry,
+    ServiceStore,
+    Session,
+    service_store_from_url,
+)
+
+
+@pytest.fixture
+def open_service(store_url: str) -> Iterator[Callable[[], ServiceStore]]:
+    handles: list[ServiceStore] = []
+
+    def open_() -> ServiceStore:
+        handles.append(service_store_from_url(store_url))
+        return handles[-1]
+
+    yield open_
+    for handle in handles:
+        handle.close()
+
+
+@pytest.fixture
+def service_store(open_service: Callable[[], ServiceStore]) -> ServiceStore:
+    return open_service()
+
+
+def _audit(call_id: str, org: str, at: float) -> AuditRow:
+    return AuditRow(call_id=call_id, org=org, caller="ana", key_id="k1", front_end="http", at=at, latency_ms=3.5,
+                    mode="brief", depth="standard", outcome="ok", error_type=None, units=2, shape='{"a":1}')  # fmt: skip
+
+
+def test_it_is_a_service_store(service_store: ServiceStore) -> None:
+    assert isinstance(service_store, ServiceStore)
+
+
+def test_keys_are_kept_listed_and_revoked(service_store: ServiceStore) -> None:
+    a = ApiKey(id="k1", org="north", caller="ana", secret_hash="h" * 64, created_at=1.0, name="laptop")
+    b = ApiKey(id="k2", org="south", caller="zoe", secret_hash="g" * 64, created_at=2.0)
+    service_store.add_key(a)
+    service_store.add_key(b)
+    assert service_store.get_key("k1") == a
+    assert service_store.get_key("nope") is None
+    assert service_store.list_keys() == [a, b]
+    assert service_store.list_keys(org="south") == [b]
+    assert service_store.revoke_key("k1", at=5.0) is True
+    assert service_store.revoke_key("k1", at=6.0) is False  # already revoked
+    assert service_store.revoke_key("nope", at=6.0) is False
+    assert service_store.get_key("k1").revoked_at == 5.0  # type: ignore[union-attr]
+
+
+def test_sessions_are_replaced_swept_and_deleted_by_org(service_store: ServiceStore) -> None:
+    old = Session(id="s-old", org="north", caller="ana", call_id="c0", state="{}", created_at=1.0, last_used=1.0)
+    service_store.put_session(old, idle_before=0.0)
+    fresh = Session(id="s1", org="north", caller="ana", call_id="c1", state='{"page":1}', created_at=10.0, last_used=10.0)
+    service_store.put_session(fresh, idle_before=5.0)  # sweeps every session unused since before 5.0
+    assert service_store.get_session("s-old") is None
+    assert service_store.get_session("s1") == fresh
+    advanced = dataclasses.replace(fresh, state='{"page":2}', last_used=20.0)
+    service_store.put_session(advanced, idle_before=0.0)
+    assert service_store.get_session("s1") == advanced
+    service_store.delete_session("s1", org="south")  # another org's delete does nothing
+    assert service_store.get_session("s1") is not None
+    service_store.delete_session("s1", org="north")
+    assert service_store.get_session("s1") is None
+
+
+def test_audit_rows_by_id_and_newest_first_per_org(service_store: ServiceStore) -> None:
+    for i, org in enumerate(["north", "north", "south"]):
+        service_store.add_audit(_audit(f"c{i}", org, float(i)))
+    assert service_store.get_audit("c2") == _audit("c2", "south", 2.0)
+    assert service_store.get_audit("nope") is None
+    assert [r.call_id for r in service_store.audit_rows(org="north", limit=10)] == ["c1", "c0"]
+    assert [r.call_id for r in service_store.audit_rows(org="north", limit=1)] == ["c1"]
+
+
+def test_feedback_is_per_call_and_org(service_store: ServiceStore) -> None:
+    one = Feedback(call_id="c1", org="north", caller="ana", rating=4, comment="good", at=1.0)
+    two = Feedback(call_id="c1", org="north", caller="ben", rating=2, comment=None, at=2.0)
+    for row in (one, two, Feedback(call_id="c1", org="south", caller="zoe", rating=1, comment="x", at=3.0)):
+        service_store.add_feedback(row)
+    assert service_store.get_feedback("c1", org="north") == [one, two]
+    assert service_store.get_feedback("c9", org="north") == []
+
+
+def test_usage_sums_the_ledger_per_item_and_period(service_store: ServiceStore) -> None:
+    entries = [
+        ("north", "c1", "charge", "standard", 2, 10.0), ("north", "c2", "charge", "standard", 2, 11.0),
+        ("north", "c2", "refund", "standard", -2, 11.5), ("north", "c3", "charge", "deep", 5, 12.0),
+        ("north", "c3", "adjust", "deep", -3, 12.5), ("south", "c4", "charge", "fast", 1, 10.0),
+    ]  # fmt: skip
+    for org, call, kind, item, units, at in entries:
+        service_store.add_ledger(LedgerEntry(org=org, call_id=call, kind=kind, item=item, units=units, at=at))
+    lines = {u.item: (u.calls, u.charged, u.refunded, u.net) for u in service_store.usage(org="north")}
+    assert lines == {"deep": (1, 5, 3, 2), "standard": (2, 4, 2, 2)}
+    assert [u.item for u in service_store.usage(org="north", since=11.9)] == ["deep"]
+    assert [u.item for u in service_store.usage(org="north", until=11.0)] == ["standard"]
+    assert service_store.usage(org="nobody") == []
+
+
+def test_two_handles_see_each_others_writes_and_the_data_store_is_untouched(
+    open_service: Callable[[], ServiceStore], store_url: str
+) -> None:
+    first, second = open_service(), open_service()  # a second handle = another worker process
+    first.add_key(ApiKey(id="k1", org="north", caller="ana", secret_hash="h" * 64, created_at=1.0))
+    assert second.get_key("k1") is not None
+    data = store_from_url(store_url)  # the data store opens on the same database, schema intact
+    try:
+        assert data.get_org(org="north") is None
+    finally:
+        data.close()

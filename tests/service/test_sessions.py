@@ -1,0 +1,89 @@
+"""Expand sessions (layer 10) through the Python API: pages, ownership, expiry, governance on every page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dossier
+from dossier.errors import Forbidden, InvalidRequest
+from dossier.schema import item_key
+from dossier.settings import ServiceSettings
+
+from .conftest import BRIEF
+
+
+def keys(response: dossier.RetrieveResponse) -> list[str]:
+    return [f"{s}:{item_key(i)}" for s, r in response.sources.items() for i in r.items]
+
+
+def pages(engine: dossier.Engine, first: dossier.RetrieveResponse, caller: str = "ana", **extra: Any) -> list[dossier.RetrieveResponse]:
+    out, continuation = [], first.continuation
+    while continuation:
+        page = engine.retrieve({"continuation": continuation, "budget": {"totalTokens": 1500}, **extra},
+                               org="northwind", caller=caller)  # fmt: skip
+        out.append(page)
+        continuation = page.continuation
+        assert len(out) < 100
+    return out
+
+
+def test_expand_pages_through_everything_that_did_not_fit_exactly_once(sample: dossier.Engine) -> None:
+    everything = sample.retrieve({**BRIEF, "budget": {"totalTokens": 50_000}}, org="northwind", caller="ana")
+    assert everything.continuation is None and not any(everything.budget.dropped.values())
+    first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 1500}}, org="northwind", caller="ana")
+    assert first.continuation and sum(first.budget.dropped.values()) > 0
+    rest = pages(sample, first)
+    assert rest and all(p.mode == "expand" and p.record == first.record for p in rest)
+    seen = keys(first) + [k for p in rest for k in keys(p)]
+    assert len(seen) == len(set(seen))  # nothing twice
+    assert set(seen) == set(keys(everything))  # nothing lost
+    assert rest[-1].continuation is None and rest[-1].route["session"].detail["page"] == len(rest) + 1
+    with pytest.raises(InvalidRequest, match="unknown or has expired") as caught:  # used up: the session is gone
+        sample.retrieve({"continuation": first.continuation}, org="northwind", caller="ana")
+    assert caught.value.field == "continuation"
+
+
+def test_a_session_belongs_to_its_org(sample: dossier.Engine) -> None:
+    first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 1500}}, org="northwind", caller="ana")
+    with pytest.raises(Forbidden):
+        sample.retrieve({"continuation": first.continuation}, org="southwind", caller="zoe")
+    page = sample.retrieve({"continuation": first.continuation}, org="northwind", caller="ben")  # same org: fine
+    assert page.mode == "expand"
+
+
+def test_a_session_expires_when_idle(sample: dossier.Engine) -> None:
+    first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 1500}}, org="northwind", caller="ana")
+    sample.org_settings["northwind"] = sample.settings.replace(service=ServiceSettings(session_idle_seconds=0.0))
+    with pytest.raises(InvalidRequest, match="unknown or has expired"):
+        sample.retrieve({"continuation": first.continuation}, org="northwind", caller="ana")
+
+
+def test_an_explicit_false_keeps_a_source_out_of_the_page_but_in_the_session(sample: dossier.Engine) -> None:
+    first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 1500}}, org="northwind", caller="ana")
+    assert first.budget.dropped["memories"] > 0
+    page = sample.retrieve({"continuation": first.continuation, "sources": {"memories": False}},
+                           org="northwind", caller="ana")  # fmt: skip
+    assert page.sources["memories"].items == []
+    later = pages(sample, page)
+    assert any(p.sources["memories"].items for p in later)
+
+
+def test_every_page_is_governed_again(sample: dossier.Engine) -> None:
+    first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 1500}}, org="northwind", caller="ana")
+    jane = sample.store.get_records(["rec-jane"], org="northwind")[0]
+    sample.load_bundle({"records": [{**jane.model_dump(mode="json"), "pending_deletion": True}]})
+    page = sample.retrieve({"continuation": first.continuation}, org="northwind", caller="ana")
+    assert page.record is not None and page.record.tombstone
+    assert not any(r.items for r in page.sources.values()) and page.continuation is None
+
+
+def test_a_caller_with_fewer_roles_does_not_page_into_documents_it_may_not_see(sample: dossier.Engine) -> None:
+    restricted = ["doc-commission", "doc-redlines"]  # finance, legal
+    first = sample.retrieve({"fetch": [*restricted, "doc-pricing"], "budget": {"totalTokens": 800}},
+                            org="northwind", caller="admin")  # fmt: skip
+    assert first.continuation
+    ana_pages = pages(sample, first, caller="ana")
+    documents = {i.document_id for p in ana_pages for i in p.sources["documents"].items}
+    assert documents and not documents & set(restricted)

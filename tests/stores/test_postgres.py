@@ -1,0 +1,191 @@
+"""What only the PostgreSQL store has: row-level security, migrations, its HNSW path, URL selection.
+
+Everything the two stores share is in the contract (tests/stores/contract.py), run against both.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterator
+
+import numpy as np
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+import dossier
+from dossier import cli
+from dossier.bundle import Memory
+from dossier.stores import store_from_url
+from dossier.stores.postgres import PostgresStore
+from dossier.stores.postgres_schema import ORG_TABLES, SCHEMA_VERSION
+from tests.stores.contract import _beta, make_batch, write_world
+
+pytestmark = pytest.mark.usefixtures("postgres_server")
+
+
+@pytest.fixture
+def pg_url(postgres_server: Any) -> Iterator[str]:
+    url = postgres_server.create_database()
+    yield url
+    postgres_server.drop_database(url)
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(pg_url)
+    yield store
+    store.close()
+
+
+def _two_orgs(store: PostgresStore, embedder: Any) -> None:
+    write_world(store, embedder, "acme")
+    store.write(make_batch(embedder, **_beta()))
+    store.put_settings({"thresholds": {"memory_semantic": 0.4}}, org="beta")
+    store.put_result("call-1", {"answer": "beta's"}, org="beta")
+
+
+# -- row-level security ------------------------------------------------------------------------------
+def test_a_query_that_forgets_the_org_filter_sees_nothing_of_another_org(pg_store: PostgresStore, pg_url: str, embedder: Any) -> None:
+    _two_orgs(pg_store, embedder)
+    assert pg_store.row_security_enforced  # the test role is an ordinary role, as an application's is
+    tables = [*ORG_TABLES, "results"]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        unscoped = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in [*tables, "orgs"]}  # type: ignore[index]
+        assert set(unscoped.values()) == {0}  # no org setting: nothing at all
+        conn.execute("SELECT set_config('dossier.org', 'acme', false)")
+        for table in tables:
+            orgs = {row[0] for row in conn.execute(f"SELECT org FROM {table}")}  # no WHERE org = ... on purpose
+            assert orgs <= {"acme"}, table
+        assert [r[0] for r in conn.execute("SELECT id FROM orgs")] == ["acme"]
+        assert conn.execute("SELECT count(*) FROM memories WHERE text ILIKE '%zebra%'").fetchone()[0] == 0  # type: ignore[index]
+        # the same through each org's own vector partition, read directly
+        for (name,) in conn.execute("SELECT name FROM vector_partitions").fetchall():
+            assert {r[0] for r in conn.execute(f"SELECT DISTINCT org FROM {name}")} <= {"acme"}
+        assert conn.execute("SELECT count(*) FROM vectors").fetchone()[0] == pg_store.counts(org="acme")["vectors"]  # type: ignore[index]
+        # and writing a row of another org under acme's setting is refused
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO orgs (id, name, hash) VALUES ('gamma', 'g', 'h')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE records SET org = 'beta' WHERE id = 'r-jane'")
+        conn.execute("SELECT set_config('dossier.org', 'beta', false)")
+        assert conn.execute("SELECT count(*) FROM memories WHERE text ILIKE '%zebra%'").fetchone()[0] == 2  # type: ignore[index]
+
+
+def test_the_store_reads_through_row_level_security_not_around_it(pg_store: PostgresStore, embedder: Any) -> None:
+    """Drop the explicit org filter from a store query: row-level security alone still scopes it."""
+    _two_orgs(pg_store, embedder)
+    rows = pg_store._query("acme", "SELECT DISTINCT org FROM memories")  # no org filter in the SQL
+    assert rows == [("acme",)]
+    assert pg_store._query("beta", "SELECT count(*) FROM memories")[0][0] == 7
+
+
+def test_a_superuser_is_reported_as_bypassing_row_level_security(postgres_server: Any, pg_url: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    admin = postgres_server.admin_url_of(conninfo_to_dict(pg_url)["dbname"])
+    if not psycopg.connect(admin).execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:  # type: ignore[index]
+        pytest.skip("the admin role of DOSSIER_DATABASE_URL is not a superuser")
+    store = PostgresStore(admin)
+    try:
+        assert store.row_security_enforced is False
+    finally:
+        store.close()
+
+
+# -- migrations ------------------------------------------------------------------------------------
+def test_migrations_are_recorded_and_applied_once(pg_url: str) -> None:
+    PostgresStore(pg_url).close()
+    PostgresStore(pg_url).close()
+    with psycopg.connect(pg_url) as conn:
+        versions = [r[0] for r in conn.execute("SELECT version FROM dossier_schema ORDER BY version")]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_database_from_a_newer_dossier_is_refused(pg_url: str) -> None:
+    PostgresStore(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO dossier_schema VALUES (%s, now())", [SCHEMA_VERSION + 1])
+    with pytest.raises(dossier.SchemaMismatch, match="upgrade dossier"):
+        PostgresStore(pg_url)
+
+
+def test_an_unreachable_server_is_store_unavailable(tmp_path: Any) -> None:
+    with pytest.raises(dossier.StoreUnavailable):
+        PostgresStore(f"postgresql://nobody@/nowhere?host={tmp_path}", timeout=2)
+
+
+# -- the HNSW path -----------------------------------------------------------------------------------
+def test_past_exact_below_searches_use_an_hnsw_index_and_find_the_same(pg_url: str, embedder: Any) -> None:
+    store = PostgresStore(pg_url, exact_below=200)
+    try:
+        write_world(store, embedder)
+        texts = [f"The customer asked about {topic} for the {site} site." for topic in
+                 ("invoices", "discounts", "forklifts", "onboarding", "security reviews", "renewal dates", "data exports")
+                 for site in ("Berlin", "Lyon", "Leeds", "Oslo", "Porto", "Turin")]  # fmt: skip
+        memories = [Memory(id=f"m-{copy}-{i:02d}", org="acme", record=f"r-{copy}", text=t, created_at="2024-05-01T00:00:00Z")
+                    for copy in ("bob", "joe", "dan", "eve", "fay") for i, t in enumerate(texts)]  # fmt: skip
+        assert not store._is_indexed("acme", "memory", fresh=True)
+        store.write(make_batch(embedder, memories=memories))
+        assert store._is_indexed("acme", "memory", fresh=True)  # 216 memories >= 200: indexed by the write
+        assert not store._is_indexed("acme", "section", fresh=True)  # 6 sections: still exact
+        query = embedder.embed_query("which customer wanted a discount for Lyon")
+        dims = len(query)
+        plan = "\n".join(r[0] for r in store._query(
+            "acme", f"EXPLAIN SELECT key FROM vectors WHERE org = %b AND kind = 'memory' "
+            f"ORDER BY embedding::vector({dims}) <=> %b::vector({dims}) LIMIT 10", ["acme", np.asarray(query)]))  # fmt: skip
+        assert "_memory_hnsw" in plan  # what search_vectors runs, planned on the index
+        approx = store.search_vectors("memory", query, org="acme", limit=10)
+        everyone = ["r-jane", "r-bob", "r-joe", "r-dan", "r-eve", "r-fay"]
+        exact = store.search_vectors("memory", query, org="acme", limit=10, parents=everyone)  # the exact path
+        # each text is there five times (identical vectors tie): compare what was found, not which copy
+        assert [h.score for h in approx] == pytest.approx([h.score for h in exact], abs=1e-5)
+        assert approx[0].score > 0.5 and "discounts for the Lyon" in store.get_memories([approx[0].id], org="acme")[0].text
+        # more than one HNSW scan returns (ef_search is at most 1000) falls back to exact search
+        assert len(store.search_vectors("memory", query, org="acme", limit=2000)) == 216
+    finally:
+        store.close()
+
+
+def test_options_in_the_url_and_settings_per_transaction(pg_url: str, embedder: Any) -> None:
+    """``dossier_*`` URL parameters configure the store (libpq never sees them); with
+    ``settings=transaction`` (a transaction-pooling proxy) every statement carries its own org."""
+    sep = "&" if "?" in pg_url else "?"
+    store = PostgresStore(f"{pg_url}{sep}dossier_settings=transaction&dossier_exact_below=5&dossier_ef_search=64")
+    try:
+        assert (store.session_settings, store.exact_below, store.ef_search) == (False, 5, 64)
+        _two_orgs(store, embedder)
+        assert store._is_indexed("acme", "memory", fresh=True)  # 6 memories >= 5
+        assert store._query("acme", "SELECT DISTINCT org FROM memories") == [("acme",)]  # no org filter: RLS
+        assert store._query("beta", "SELECT count(*) FROM memories")[0][0] == 7
+        hits = store.search_vectors("memory", embedder.embed_query("zebra crossing permit"), org="beta", limit=1)
+        assert hits[0].id == "m-zebra"
+        assert [h.id for h in store.search_text("section", "NW-EDU-40", org="acme", limit=5)] == ["s-edu-40"]
+        with psycopg.connect(pg_url) as conn:  # nothing is left set on the server's sessions
+            assert conn.execute("SELECT current_setting('dossier.org', true)").fetchone()[0] in (None, "")  # type: ignore[index]
+    finally:
+        store.close()
+
+
+# -- selection by URL ------------------------------------------------------------------------------
+def test_open_selects_the_postgres_store_by_url(pg_url: str, embedder: Any) -> None:
+    with dossier.open(pg_url, embedder=embedder) as engine:
+        assert isinstance(engine.store, PostgresStore)
+        write_world(engine.store, embedder)
+    assert isinstance(store_from_url(pg_url.replace("postgresql://", "postgres://", 1)), PostgresStore)
+
+
+def test_the_cli_reads_the_postgres_url_from_the_environment(pg_url: str, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    with dossier.open(pg_url, embedder=embedder) as engine:
+        write_world(engine.store, embedder)
+    monkeypatch.setattr(cli.console, "_width", 500)
+    result = CliRunner().invoke(cli.app, ["stats"], env={"DOSSIER_DATABASE_URL": pg_url}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "acme" in result.output and "16" in result.output  # the org and its 16 records
+
+
+def test_without_the_postgres_extra_the_error_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now fails
+    with pytest.raises(dossier.MissingExtra, match=r"postgres") as caught:
+        store_from_url("postgresql://localhost/dossier")
+    assert caught.value.extra == "postgres"
