@@ -95,6 +95,7 @@ class Timers:
                 took = (time.perf_counter() - started) * 1000
                 for key in keys(*args, **kwargs):
                     current[key] += took
+                    current[f"{key}#"] += 1  # calls
 
         self._saved.append((obj, name))
         setattr(obj, name, timed)
@@ -132,7 +133,7 @@ def run(engine: dossier.Engine, timers: Timers, org: str, caller: str, records: 
     timers.take()
     totals: list[float] = []
     steps: dict[str, list[float]] = {s: [] for s in STEPS}
-    items = 0
+    items, embedded = 0, []
     for request in requests[5:]:
         started = time.perf_counter()
         response = engine.retrieve(request, org=org, caller=caller)
@@ -142,7 +143,11 @@ def run(engine: dossier.Engine, timers: Timers, org: str, caller: str, records: 
             steps[s].append(took.get(s, 0.0))
         steps.setdefault("rest", []).append(totals[-1] - sum(took.get(s, 0.0) for s in ("embed", "vector", "fulltext", "recent")))
         items += sum(len(r.items) for r in response.sources.values())
-    print(f" depth {depth}: {calls} calls, {items / calls:.1f} items per response")
+        embedded.append(int(took.get("embed#", 0)))
+    # every call embeds its question (no cache hit): the model ran at least once in each
+    assert min(embedded) >= 1, "a timed call hit the query-embedding cache"
+    print(f" depth {depth}: {calls} calls, {items / calls:.1f} items per response, "
+          f"{sum(embedded) / calls:.2f} query embeddings per call (min {min(embedded)})")
     print(line("brief call", totals))
     print(line("  query embedding (in call)", steps["embed"]))
     print(line("  vector searches (all)", steps["vector"]))

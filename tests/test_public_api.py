@@ -36,9 +36,10 @@ def test_open_with_an_unknown_or_malformed_url_is_a_config_error(url: str) -> No
         dossier.open(url)
 
 
-def test_open_postgres_is_refused_with_a_config_error_until_it_exists() -> None:
-    with pytest.raises(dossier.ConfigError):  # MissingExtra without psycopg, ConfigError with it
-        dossier.open("postgresql://localhost/dossier")
+def test_open_postgres_without_a_server_is_store_unavailable() -> None:
+    # port 9 on loopback: nothing listens there, so the error is immediate and names the store
+    with pytest.raises(dossier.StoreUnavailable, match="PostgreSQL"):
+        dossier.open("postgresql://127.0.0.1:9/dossier?connect_timeout=2")
 
 
 def test_open_sqlite_creates_the_file_and_closes(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]

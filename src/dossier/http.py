@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Awaitable, Callable, Union
 
@@ -45,6 +46,7 @@ from .schema import RetrieveRequest, RetrieveResponse
 from .service import FeedbackRequest, NewDocument, NewMemory, NewRecord, Principal, Service, bearer_key
 from .settings import ServiceSettings
 
+_UNION_TAG = re.compile(r"^(list\[.*\]|New[A-Z]\w*|function-\w+\[.*\])$")  # pydantic's tags of union members
 _bearer = HTTPBearer(auto_error=False, description="An API key from `dossier keys create`.")
 
 
@@ -196,9 +198,12 @@ def _detail(status: int, message: str, field: str | None = None, **extra: Any) -
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
+        errors = list(exc.errors())
+        # a body that may be one item or a list: report the errors of the form that was sent
+        as_list = isinstance(getattr(exc, "body", None), list)
+        errors.sort(key=lambda e: (len(e.get("loc", ())) > 1 and str(e["loc"][1]).startswith("list[")) != as_list)
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid body", "type": "value_error"}
-        loc = [str(p) for p in first.get("loc", ())]
+        loc = [str(p) for p in first.get("loc", ()) if not _UNION_TAG.match(str(p))]
         where = ".".join(loc[1:] if loc[:1] == ["body"] and len(loc) > 1 else loc) or "body"
         kind = first.get("type", "")
         if kind == "extra_forbidden":

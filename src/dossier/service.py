@@ -181,24 +181,29 @@ class Service:
         except InvalidRequest as exc:
             self._audit(principal, call_id, front_end, at, started, None, None, exc, units=0)
             raise
-        item, units = self.price(parsed)
-        self._ledger(principal.org, call_id, "charge", item, units, at)
+        org = principal.org
+        item, units = self.price(parsed, org=org)
+        self._ledger(org, call_id, "charge", item, units, at)
+        given_back = 0
         try:
-            response = self.engine.retrieve(parsed, org=principal.org, caller=principal.caller, call_id=call_id)
-        except BaseException as exc:
-            self._ledger(principal.org, call_id, "refund", item, -units, self.clock())
+            response = self.engine.retrieve(parsed, org=org, caller=principal.caller, call_id=call_id)
+            back = units - self.price(parsed, response, org=org)[1]
+            if back > 0:
+                self._ledger(org, call_id, "adjust", item, -back, self.clock())
+                given_back = back
+            self._audit(principal, call_id, front_end, at, started, parsed, response, None, units=units - given_back)
+        except BaseException as exc:  # the call (or its audit) failed: give back what is left of the charge
+            self._ledger(org, call_id, "refund", item, given_back - units, self.clock())
             self._audit(principal, call_id, front_end, at, started, parsed, None, exc, units=0)
             raise
-        back = units - self.price(parsed, response)[1]
-        if back > 0:
-            self._ledger(principal.org, call_id, "adjust", item, -back, self.clock())
-        self._audit(principal, call_id, front_end, at, started, parsed, response, None, units=units - back)
         return response
 
-    def price(self, request: RetrieveRequest, response: RetrieveResponse | None = None) -> tuple[str, int]:
-        """What a call is billed as, and its units: up front from the request, or, given the response,
-        what it actually ran (a downgraded depth, synthesis that did not run)."""
-        cost = self.engine.settings.service
+    def price(
+        self, request: RetrieveRequest, response: RetrieveResponse | None = None, *, org: str
+    ) -> tuple[str, int]:
+        """What a call is billed as, and its units (``Settings.service`` of ``org``): up front from the
+        request, or, given the response, what it actually ran (a downgraded depth, synthesis that did not run)."""
+        cost = self.engine.settings_for(org).service
         if request.continuation and request.mode in (None, "expand"):
             return "expand", cost.cost_expand
         depth = request.depth
@@ -209,8 +214,9 @@ class Service:
         item: str = request.depth
         if request.synthesize:
             item += "+synthesis"
-            failed = response is not None and response.synthesis is not None and response.synthesis.error is not None
-            if not failed or request.deferred:
+            synthesis = response.synthesis if response is not None else None
+            failed = synthesis is not None and synthesis.error is not None and not getattr(synthesis, "pending", False)
+            if not failed:  # a deferred synthesis still running stays charged
                 units += cost.cost_synthesis
         return item, units
 

@@ -70,6 +70,16 @@ def test_a_call_that_throws_was_charged_before_it_ran_and_is_refunded(service: S
     assert (row.outcome, row.error_type, row.units) == ("error", "RuntimeError", 0)
 
 
+def test_a_call_that_cannot_be_audited_fails_and_is_refunded(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    def down(row: Any) -> None:
+        raise dossier.StoreError("audit table unavailable")
+
+    monkeypatch.setattr(service.store, "add_audit", down)
+    with pytest.raises(dossier.StoreError):
+        service.retrieve(principal("ana"), {**BRIEF, "depth": "deep"})  # deep runs as standard: 3 back, then 2
+    assert [(u.charged, u.refunded) for u in service.usage("northwind")] == [(5, 5)]
+
+
 def test_what_did_not_run_is_given_back(service: Service) -> None:
     service.retrieve(principal("ana"), {**BRIEF, "depth": "deep"})  # no model: runs as standard
     service.retrieve(principal("ana"), {**BRIEF, "depth": "fast", "synthesize": True})  # no model: no synthesis

@@ -122,3 +122,26 @@ def test_two_handles_see_each_others_writes_and_the_data_store_is_untouched(
         assert data.get_org(org="north") is None
     finally:
         data.close()
+
+
+def test_keys_sessions_audit_and_billing_work_on_every_backend(store_url: str, embedder) -> None:  # type: ignore[no-untyped-def]
+    import dossier
+    import dossier.errors
+    from dossier.service import Service
+
+    from .conftest import BRIEF, SAMPLE
+
+    with dossier.open(store_url, embedder=embedder) as engine:
+        engine.load_bundle(SAMPLE)
+        service = Service(engine)
+        _, key = service.create_key("northwind", "ana")
+        who = service.authenticate(key)
+        first = service.retrieve(who, {**BRIEF, "budget": {"totalTokens": 1500}})
+        assert first.continuation
+        zoe = service.authenticate(service.create_key("southwind", "zoe")[1])
+        with pytest.raises(dossier.errors.Forbidden):
+            service.retrieve(zoe, {"continuation": first.continuation})
+        page = service.retrieve(who, {"continuation": first.continuation})
+        assert page.mode == "expand" and page.record == first.record
+        assert {u.item: u.net for u in service.usage("northwind")} == {"standard": 2, "expand": 1}
+        assert service.call(who, first.call_id)["summary"]["shape"]["continuation"] is True

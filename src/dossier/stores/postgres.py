@@ -1,9 +1,9 @@
 """The scale store: PostgreSQL with pgvector (HNSW, cosine) and ``tsvector`` / GIN full text, via psycopg 3.
 
 Layout (``postgres_schema.py``): one table per kind of item, every row keyed by ``(org, id)``; full
-text in generated ``tsvector`` columns with GIN indexes; vectors in ``vectors``, list-partitioned by
-org, so each org's nearest-neighbour search runs over its own rows and its own index (an HNSW graph
-filtered by org afterwards would return too few hits for a small org).
+text in ``tsvector`` side tables with GIN indexes (``postgres_fulltext.py`` ranks them); vectors in
+``vectors``, list-partitioned by org, so each org's nearest-neighbour search runs over its own rows and
+its own index (an HNSW graph filtered by org afterwards would return too few hits for a small org).
 
 Vector search is exact (a scan of the org's rows of one kind) until that org holds ``exact_below``
 vectors of the kind; the write that crosses the line builds a partial HNSW index (cosine) for that org
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
@@ -84,6 +85,7 @@ class PostgresStore:
         timeout: float = 30.0,
     ) -> None:
         self.url = url
+        self._label = _redacted(url)  # for messages: no password
         url, options = _dossier_options(url)
         self.exact_below = int(options.get("exact_below", exact_below))
         self.ef_search = int(options.get("ef_search", ef_search))
@@ -99,9 +101,9 @@ class PostgresStore:
                 self.row_security_enforced = self._migrate(conn)
                 info = TypeInfo.fetch(conn, "vector")
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"cannot open PostgreSQL store at {self.url}: {exc}") from exc
+            raise StoreUnavailable(f"cannot open PostgreSQL store at {self._label}: {exc}") from exc
         except psycopg.Error as exc:
-            raise StoreError(f"cannot prepare PostgreSQL store at {self.url}: {exc}") from exc
+            raise StoreError(f"cannot prepare PostgreSQL store at {self._label}: {exc}") from exc
         assert info is not None
 
         def configure(conn: psycopg.Connection) -> None:
@@ -116,7 +118,7 @@ class PostgresStore:
             self._pool.open(wait=True, timeout=timeout)
         except PoolTimeout as exc:
             self._pool.close()
-            raise StoreUnavailable(f"cannot connect to PostgreSQL store at {self.url}: {exc}") from exc
+            raise StoreUnavailable(f"cannot connect to PostgreSQL store at {self._label}: {exc}") from exc
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
@@ -140,7 +142,7 @@ class PostgresStore:
             version = conn.execute("SELECT coalesce(max(version), 0) FROM dossier_schema").fetchone()[0]  # type: ignore[index]
             if version > SCHEMA_VERSION:
                 raise SchemaMismatch(
-                    f"{self.url} has schema version {version}; this dossier knows up to {SCHEMA_VERSION}: upgrade dossier"
+                    f"{self._label} has schema version {version}; this dossier knows up to {SCHEMA_VERSION}: upgrade dossier"
                 )
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 conn.execute(script)  # type: ignore[arg-type]
@@ -156,7 +158,7 @@ class PostgresStore:
             conn.execute("INSERT INTO dossier_meta VALUES ('embedder', %b) ON CONFLICT (key) DO NOTHING", [wanted])
             found = conn.execute("SELECT value FROM dossier_meta WHERE key = 'embedder'").fetchone()[0]  # type: ignore[index]
         if found != wanted:
-            raise SchemaMismatch(f"{self.url} holds vectors of {found}, not {wanted}: open it with the same embedder")
+            raise SchemaMismatch(f"{self._label} holds vectors of {found}, not {wanted}: open it with the same embedder")
 
     # -- connections -------------------------------------------------------------------------------
     def _scope(self, conn: _Connection, org: str, ef_search: int | None = None) -> None:
@@ -181,7 +183,7 @@ class PostgresStore:
                     )
                     return conn.execute(query, params, binary=True).fetchall()  # type: ignore[arg-type]
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"PostgreSQL store at {self.url} is unreachable: {exc}") from exc
+            raise StoreUnavailable(f"PostgreSQL store at {self._label} is unreachable: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL query failed: {exc}") from exc
 
@@ -509,34 +511,40 @@ class PostgresStore:
         require_org(org, "edges_around")
         if not record_ids or max_hops < 1 or limit <= 0:
             return []
-        # An edge can be walked when it joins two live records (and is active and not to a stub, unless
-        # asked). A record's depth is its hop distance from the seeds; an edge is reached at 1 + the smaller
-        # depth of its ends, as a breadth-first walk reaches it. Edges are found through the (org, src) and
-        # (org, dst) indexes, never by reading the org's whole graph.
+        # Breadth first, one query per hop (as the SQLite store walks): an edge can be walked when it joins
+        # two live records (and is active and not to a stub, unless asked); it is reached at the first hop
+        # that touches one of its ends. Edges come through the (org, src) and (org, dst) indexes. A hop's
+        # query returns its best edges first and at most ``limit`` + those already seen: when it is cut
+        # short, ``limit`` new edges are in hand and later hops (which sort after them) cannot place.
         walkable = (
+            "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub FROM edges e "
             "JOIN records s ON s.org = e.org AND s.id = e.src AND NOT s.pending_deletion "
             "JOIN records d ON d.org = e.org AND d.id = e.dst AND NOT d.pending_deletion "
-            "WHERE e.org = %b"
+            "WHERE e.org = %b AND (e.src = ANY(%b::text[]) OR e.dst = ANY(%b::text[]))"
             + ("" if include_inactive else " AND e.active")
             + ("" if include_stubs else " AND NOT e.dst_is_stub")
+            + " ORDER BY e.confidence DESC, e.weight DESC, e.id LIMIT %b"
         )
-        rows = self._query(
-            org,
-            "WITH RECURSIVE reach(node, depth) AS ("
-            "  SELECT id COLLATE \"C\", 0 FROM unnest(%b::text[]) seeds(id)"
-            "  UNION"
-            "  SELECT CASE WHEN e.src = r.node THEN e.dst ELSE e.src END, r.depth + 1"
-            f" FROM reach r JOIN edges e ON e.src = r.node OR e.dst = r.node {walkable} AND r.depth + 1 < %b"
-            "), depth AS (SELECT node, min(depth) AS depth FROM reach GROUP BY node), "
-            "touched AS ("
-            f" SELECT e.id, 1 + min(n.depth) AS hops FROM depth n JOIN edges e ON e.src = n.node OR e.dst = n.node"
-            f" {walkable} GROUP BY e.id) "
-            "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub, t.hops "
-            "FROM touched t JOIN edges e ON e.org = %b AND e.id = t.id "
-            "ORDER BY t.hops, e.confidence DESC, e.weight DESC, e.id LIMIT %b",
-            [list(dict.fromkeys(record_ids)), org, int(max_hops), org, org, int(limit)],
-        )
-        return [EdgeHop(_edge(row), int(row[9])) for row in rows]
+        seen: dict[str, EdgeHop] = {}
+        visited = set(record_ids)
+        frontier = sorted(visited)
+        for hop in range(1, max_hops + 1):
+            if not frontier or len(seen) >= limit:
+                break
+            room = limit + len(seen)
+            rows = self._query(org, walkable, [org, frontier, frontier, room])
+            next_frontier: set[str] = set()
+            for row in rows:
+                edge = _edge(row)
+                if edge.id not in seen:
+                    seen[edge.id] = EdgeHop(edge, hop)
+                    next_frontier.update(end for end in (edge.src, edge.dst) if end not in visited)
+            if len(rows) == room:  # cut short: at least ``limit`` edges in hand, the walk is over
+                break
+            visited |= next_frontier
+            frontier = sorted(next_frontier)
+        ordered = sorted(seen.values(), key=lambda h: (h.hops, -h.edge.confidence, -h.edge.weight, h.edge.id))
+        return ordered[:limit]
 
     def counts(self, *, org: str) -> dict[str, int]:
         require_org(org, "counts")
@@ -566,7 +574,7 @@ class _Transaction:
             self._lease = self.store._pool.connection()
             conn = self._lease.__enter__()
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"PostgreSQL store at {self.store.url} is unreachable: {exc}") from exc
+            raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
         self._tx = conn.transaction()
         self._tx.__enter__()
         if self.org is not None:
@@ -578,6 +586,10 @@ class _Transaction:
             self._tx.__exit__(*exc)
         finally:
             self._lease.__exit__(*exc)
+
+
+def _redacted(url: str) -> str:
+    return re.sub(r"(://[^:/@?]*:)[^@/?]*@", r"\1***@", re.sub(r"(password=)\S+", r"\1***", url))
 
 
 def _dossier_options(url: str) -> tuple[str, dict[str, str]]:

@@ -8,11 +8,13 @@ of thousands of rows, at some microseconds each. So, per query:
   gets an inverse document frequency from its document frequency in the org (BM25's
   ``ln((N - df + 0.5) / (df + 0.5))``, at least 1e-6 as in SQLite's FTS5), and a row's score is the sum
   over terms of ``idf * ts_rank(row, term)`` (section titles and headings weigh twice their text);
-* document frequencies are counted through the GIN index (up to half the org's rows, where the IDF
-  reaches its floor) and kept for ``ttl`` seconds per (org, kind), dropped at once when this process
-  writes to the org: they are corpus statistics, which FTS5 keeps in its index and GIN does not expose;
-* the match is pruned by IDF: the rarest terms, as many as together match at most ``cap`` rows, select
-  the candidates; the other terms only add to their scores. Only when fewer than ``limit`` rows match
+* document frequencies are counted through the GIN index (exactly up to ``count_up_to`` rows, past
+  that estimated from the first ``sample`` rows of the org) and kept for ``ttl`` seconds per (org, kind),
+  dropped at once when this process writes to the org: they are corpus statistics, which FTS5 keeps in
+  its index and GIN does not expose;
+* the match is pruned by IDF: the rarest terms, as many as together match at most ``cap`` rows (and at
+  least the rarest one that matches at all), select the candidates, at most ``cap`` of them; the other
+  terms only add to their scores. Only when fewer than ``limit`` rows match
   the rare terms are rows matching the others ranked too, at most ``cap`` of them (words that common
   carry little evidence: their IDF is near zero). Under ``cap`` rows nothing is pruned, so a small org
   (or a search among a few parents) gets the complete ranking.
@@ -31,9 +33,12 @@ Query = Callable[[str, str, Sequence[Any]], list[tuple]]  # (org, sql, params) -
 
 
 class TextSearch:
-    def __init__(self, query: Query, *, cap: int = 2_000, ttl: float = 300.0) -> None:
+    def __init__(self, query: Query, *, cap: int = 2_000, ttl: float = 300.0, count_up_to: int = 20_000,
+                 sample: int = 10_000) -> None:  # fmt: skip
         self._query = query
         self.cap = cap
+        self.count_up_to = count_up_to
+        self.sample = sample
         self.ttl = ttl
         self._rows: dict[tuple[str, str], tuple[int, float]] = {}  # (org, kind) -> (rows, when counted)
         self._df: dict[tuple[str, str, str], tuple[int, float]] = {}  # (org, kind, term) -> (df, when counted)
@@ -58,36 +63,33 @@ class TextSearch:
             rare = list(found)
         else:
             matched = 0
-            for term in sorted(found, key=lambda t: (df[t], t)):  # rarest first
-                if rare and matched + df[term] > self.cap:
+            for term in sorted(found, key=lambda t: (df[t], t)):  # rarest first, at least one that matches
+                if matched and matched + df[term] > self.cap:
                     break
                 rare.append(term)
                 matched += df[term]
         common = [t for t in found if t not in rare]
         fts = f"{table}_fts"
+        # hits leave the store only if the content table (row-level security) agrees they are the org's
+        visible = f"WHERE EXISTS (SELECT 1 FROM {table} c WHERE c.org = %b AND c.id = r.id) ORDER BY score DESC, id"
         out = self._query(
             org,
-            f"SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
-            f"AND tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b",
-            [*weighted, *scope_params, *rare, self.cap, int(limit)],
+            f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
+            f"AND tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b) r {visible}",
+            [*weighted, *scope_params, *rare, self.cap, int(limit), org],
         )
         if common and len(out) < limit:
             out += self._query(
                 org,
-                f"SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
-                f"AND tsv @@ ({_any(common)}) AND NOT tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b",
-                [*weighted, *scope_params, *common, *rare, self.cap, int(limit) - len(out)],
+                f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
+                f"AND tsv @@ ({_any(common)}) AND NOT tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b) r {visible}",
+                [*weighted, *scope_params, *common, *rare, self.cap, int(limit) - len(out), org],
             )
             out.sort(key=lambda row: (-row[2], row[0]))
-        if not out:
-            return out
-        # hits leave the store only if the content table (row-level security) agrees they are the org's
-        visible = {r[0] for r in self._query(org, f"SELECT id FROM {table} WHERE org = %b AND id = ANY(%b::text[])",
-                                               [org, [row[0] for row in out]])}  # fmt: skip
-        return [row for row in out if row[0] in visible]
+        return out
 
     def _statistics(self, org: str, kind: str, found: list[str]) -> tuple[int, dict[str, int]]:
-        """Rows of ``kind`` in the org, and each term's document frequency (counted up to half the rows)."""
+        """Rows of ``kind`` in the org, and each term's document frequency (exact up to ``count_up_to``)."""
         table, _ = _TABLES[kind]
         now = time.monotonic()
         cached = self._rows.get((org, kind))
@@ -96,14 +98,28 @@ class TextSearch:
             self._rows[(org, kind)] = cached
         missing = [t for t in found if now - self._df.get((org, kind, t), (0, -math.inf))[1] > self.ttl]
         if missing:
+            # counted exactly up to ``count_up_to`` rows; past that, estimated from a sample of the org's rows
+            count_up_to = min(max(self.cap, cached[0] // 2), self.count_up_to)
             counted = self._query(
                 org,
                 f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE org = %b "
                 "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
-                [org, max(self.cap, cached[0] // 2), missing],  # past half the rows, BM25's IDF is nil
+                [org, count_up_to, missing],
             )
-            for term, n in counted:
-                self._df[(org, kind, term)] = (int(n), now)
+            df = {term: int(n) for term, n in counted}
+            frequent = [term for term, n in df.items() if n >= count_up_to]
+            if frequent and cached[0] > count_up_to:
+                sampled = self._query(
+                    org,
+                    f"WITH sample AS MATERIALIZED (SELECT tsv FROM {table}_fts WHERE org = %b LIMIT %b) "
+                    "SELECT t, (SELECT count(*) FROM sample WHERE tsv @@ phraseto_tsquery('english', t)), "
+                    "(SELECT count(*) FROM sample) FROM unnest(%b::text[]) t",
+                    [org, self.sample, frequent],
+                )
+                for term, hits, size in sampled:
+                    df[term] = max(df[term], int(cached[0] * hits / max(size, 1)))
+            for term, n in df.items():
+                self._df[(org, kind, term)] = (n, now)
         return max(cached[0], 1), {t: self._df[(org, kind, t)][0] for t in found}
 
 
