@@ -148,15 +148,17 @@ class PoolEmbedder(Embedder):
             cache.mkdir(parents=True, exist_ok=True)
             np.save(path, matrix)
             print(f"  embedded in {time.perf_counter() - started:.0f} s", flush=True)
-        self.vectors = dict(zip(texts, matrix))
+        self.matrix = matrix
+        self.row = {t: i for i, t in enumerate(texts)}
+        self.extra: dict[str, np.ndarray] = {}  # texts outside the pools (property values), embedded on the way
 
     def embed_batch(self, texts: Sequence[str], *, kind: str = "document") -> np.ndarray:  # type: ignore[override]
         if kind == "query":
             return self.model.embed_batch(texts, kind="query")
-        missing = [t for t in texts if t not in self.vectors]
+        missing = [t for t in dict.fromkeys(texts) if t not in self.row and t not in self.extra]
         if missing:
-            self.vectors.update(zip(missing, self.model.embed_batch(missing)))
-        return np.stack([self.vectors[t] for t in texts])
+            self.extra.update(zip(missing, self.model.embed_batch(missing)))
+        return np.stack([self.matrix[self.row[t]] if t in self.row else self.extra[t] for t in texts])
 
 
 def _progress(total: int):  # type: ignore[no-untyped-def]
@@ -211,6 +213,13 @@ def fresh_pg_database(admin_url: str, name: str) -> str:
     params = conninfo_to_dict(admin_url)
     with psycopg.connect(make_conninfo(**{**params, "dbname": name}), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION vector")
+    return pg_database_url(admin_url, name)
+
+
+def pg_database_url(admin_url: str, name: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(admin_url)
     return make_conninfo(**{**params, "dbname": name, "user": "dossier_bench", "password": "dossier-bench"})
 
 
@@ -220,11 +229,15 @@ def open_store(kind: str, level: int, args: argparse.Namespace):  # type: ignore
 
         path = Path(args.workdir) / f"scale-{level}.db"
         for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+            if not args.measure_only:
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
         return SQLiteStore(path)
     from dossier.stores.postgres import PostgresStore
 
-    url = fresh_pg_database(args.pg_admin_url, f"scale_{level}")
+    if args.measure_only:
+        url = pg_database_url(args.pg_admin_url, f"scale_{level}")
+    else:
+        url = fresh_pg_database(args.pg_admin_url, f"scale_{level}")
     return PostgresStore(url, index_build_memory="4GB")
 
 
@@ -283,30 +296,40 @@ def brief_latency(engine: Engine, emails: list[str], calls: int, seed: int = 5) 
     return out
 
 
-def vector_recall(engine: Engine, embedder: PoolEmbedder, data: dict[str, Any], queries: int, seed: int = 9) -> dict[str, Any]:
+def corpus_rows(embedder: PoolEmbedder, data: dict[str, Any]) -> dict[str, tuple[list[str], np.ndarray]]:
+    """Per kind, the ids of its vectors and the row of each in ``embedder.matrix`` (no 1M x 384 copy)."""
     from dossier.bundle import Document, Section
 
-    texts = {"memory": [(m["id"], m["text"]) for m in data["memories"]], "section": []}
+    out = {"memory": ([m["id"] for m in data["memories"]], [m["text"] for m in data["memories"]])}
+    ids, texts = [], []
     for d in data["documents"]:
         doc = Document(id=d["id"], org=ORG, title=d["title"], sections=(Section(id="x"),))
         for s in d["sections"]:
-            texts["section"].append((s["id"], section_text(doc, Section(id=s["id"], heading=s["heading"], text=s["text"]))))
+            ids.append(s["id"])
+            texts.append(section_text(doc, Section(id=s["id"], heading=s["heading"], text=s["text"])))
+    out["section"] = (ids, texts)
+    return {kind: (keys, np.array([embedder.row[t] for t in texts], dtype=np.int64)) for kind, (keys, texts) in out.items()}
+
+
+def vector_recall(engine: Engine, embedder: PoolEmbedder, rows: dict[str, tuple[list[str], np.ndarray]], queries: int,
+                  seed: int = 9) -> dict[str, Any]:  # fmt: skip
     rng = random.Random(seed)
     questions = [embedder.model.embed_query(f"{corpus.question(rng)} {rng.choice(corpus.PEOPLE)}") for _ in range(queries)]
     out: dict[str, Any] = {}
-    for kind, pairs in texts.items():
-        row = {key: i for i, (key, _) in enumerate(pairs)}
-        matrix = np.stack([embedder.vectors[t] for _, t in pairs])
-        recalls, latencies = [], []
+    for kind, (keys, pool_rows) in rows.items():
+        position = {key: i for i, key in enumerate(keys)}
+        recalls, latencies, short = [], [], 0
         for q in questions:
-            sims = matrix @ q
+            sims = (embedder.matrix @ q)[pool_rows]  # exact similarity of every vector of this kind
             tenth = -np.partition(-sims, 9)[9]  # the 10th best exact similarity
             started = time.perf_counter()
             hits = engine.store.search_vectors(kind, q, org=ORG, limit=10)  # type: ignore[arg-type]
             latencies.append((time.perf_counter() - started) * 1000)
-            recalls.append(sum(1 for h in hits[:10] if sims[row[h.id]] >= tenth - 1e-5) / 10)
-        out[kind] = {"vectors": len(pairs), "recall_at_10": round(float(np.mean(recalls)), 4),
-                     "min_recall": round(float(min(recalls)), 2), "search_p50_ms": round(statistics.median(latencies), 2),
+            short += len(hits) < 10
+            recalls.append(sum(1 for h in hits[:10] if sims[position[h.id]] >= tenth - 1e-5) / 10)
+        out[kind] = {"vectors": len(keys), "recall_at_10": round(float(np.mean(recalls)), 4),
+                     "min_recall": round(float(min(recalls)), 2), "queries_with_fewer_than_10_hits": short,
+                     "search_p50_ms": round(statistics.median(latencies), 2),
                      "search_p95_ms": round(percentile(latencies, 0.95), 2)}  # fmt: skip
     return out
 
@@ -319,31 +342,37 @@ def run_level(kind: str, level: int, args: argparse.Namespace, model: OnnxMiniLM
     embedder = PoolEmbedder(model, pool_texts(mem_texts, sec_pool), Path(args.cache))
     store = open_store(kind, level, args)
     engine = Engine(store, embedder=embedder)
-    print(f"[{kind} {level:,}] loading {len(data['memories']):,} memories, {sections:,} sections, "
-          f"{len(data['records']):,} records, {len(data['edges']):,} edges ...", flush=True)  # fmt: skip
-    started = time.perf_counter()
-    report = engine.load_bundle(data)
-    load_s = time.perf_counter() - started
-    print(f"[{kind} {level:,}] loaded in {load_s:.0f} s", flush=True)
-    emails = [r["identifiers"]["email"] for r in data["records"] if r["kind"] == "contact"]
-    started = time.perf_counter()
-    engine.store.search_vectors("memory", model.embed_query("warm up"), org=ORG, limit=10)
-    engine.store.search_vectors("section", model.embed_query("warm up"), org=ORG, limit=10)
-    first_search_s = time.perf_counter() - started
-    result = {
+    result: dict[str, Any] = {
         "store": kind, "memories": level, "sections": sections, "records": len(data["records"]),
-        "edges": len(data["edges"]), "bundle_build_s": round(built, 1), "load_s": round(load_s, 1),
-        "embedded_during_load": report.embedded, "first_search_s": round(first_search_s, 2),
+        "edges": len(data["edges"]), "bundle_build_s": round(built, 1),
         "distinct_memory_texts": len({m["text"] for m in data["memories"]}),
         "distinct_section_texts": len({(d["title"], s["heading"], s["text"]) for d in data["documents"] for s in d["sections"]}),
     }  # fmt: skip
+    if args.measure_only:
+        assert store.counts(org=ORG)["memories"] == level, "--measure-only needs a store loaded by an earlier run"
+        print(f"[{kind} {level:,}] measuring the store loaded by an earlier run", flush=True)
+    else:
+        print(f"[{kind} {level:,}] loading {len(data['memories']):,} memories, {sections:,} sections, "
+              f"{len(data['records']):,} records, {len(data['edges']):,} edges ...", flush=True)  # fmt: skip
+        started = time.perf_counter()
+        report = engine.load_bundle(data)
+        result.update(load_s=round(time.perf_counter() - started, 1), embedded_during_load=report.embedded)
+        print(f"[{kind} {level:,}] loaded in {result['load_s']:.0f} s", flush=True)
+    emails = [r["identifiers"]["email"] for r in data["records"] if r["kind"] == "contact"]
+    rows = corpus_rows(embedder, data)
+    del data  # the bundle is large; what follows needs only the emails and the vectors' rows
+    started = time.perf_counter()
+    engine.store.search_vectors("memory", model.embed_query("warm up"), org=ORG, limit=10)
+    engine.store.search_vectors("section", model.embed_query("warm up"), org=ORG, limit=10)
+    result["first_search_s"] = round(time.perf_counter() - started, 2)
     if kind == "postgres":
         result["hnsw"] = {"m": store.hnsw_m, "ef_construction": store.hnsw_ef_construction, "ef_search": store.ef_search,
                           "exact_below": store.exact_below}  # fmt: skip
     result["brief"] = brief_latency(engine, emails, args.calls)
     print(f"[{kind} {level:,}] brief {result['brief']}", flush=True)
-    result["vector_recall"] = vector_recall(engine, embedder, data, args.queries)
+    result["vector_recall"] = vector_recall(engine, embedder, rows, args.queries)
     print(f"[{kind} {level:,}] recall {result['vector_recall']}", flush=True)
+    result["load_average"] = os.getloadavg()
     engine.close()
     return result
 
@@ -359,6 +388,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "dossier-scale"))
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "dossier-bench"))
     parser.add_argument("--report", default="bench-scale.json")
+    parser.add_argument("--measure-only", action="store_true", help="measure stores loaded by an earlier run (no load)")
     parser.add_argument("--memory-pool", type=int, default=MEMORY_POOL, help="distinct memory texts")
     parser.add_argument("--titles", type=int, default=TITLES, help=f"document titles ({SECTIONS_PER_TITLE} distinct sections each)")
     args = parser.parse_args()
@@ -377,7 +407,8 @@ def main() -> None:
                 out.write(json.dumps(results[-1]) + "\n")
     for r in results:
         b, v = r["brief"], r["vector_recall"]
-        print(f"{r['store']:>8} {r['memories']:>9,} memories {r['sections']:>7,} sections | load {r['load_s']:>6.0f} s | "
+        load = f"{r['load_s']:>6.0f} s" if "load_s" in r else "  (earlier run)"
+        print(f"{r['store']:>8} {r['memories']:>9,} memories {r['sections']:>7,} sections | load {load} | "
               f"brief p50 {b['p50_ms']:6.1f} ms p95 {b['p95_ms']:6.1f} ms | recall@10 memory {v['memory']['recall_at_10']:.3f} "
               f"section {v['section']['recall_at_10']:.3f}")  # fmt: skip
 

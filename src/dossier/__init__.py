@@ -12,6 +12,7 @@ from .errors import (
     BundleError,
     ConfigError,
     DossierError,
+    Forbidden,
     InvalidRequest,
     MissingExtra,
     NotFound,
@@ -22,6 +23,7 @@ from .errors import (
     SchemaMismatch,
     StoreError,
     StoreUnavailable,
+    Unauthorized,
     UsageError,
 )
 from .loading import LoadReport
@@ -39,6 +41,7 @@ __all__ = [
     "DossierError",
     "Edge",
     "Engine",
+    "Forbidden",
     "Identifiers",
     "InvalidRequest",
     "LoadReport",
@@ -59,6 +62,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Thresholds",
+    "Unauthorized",
     "UsageError",
     "open",
 ]

@@ -460,8 +460,11 @@ def serve(
     with _errors(), dossier.open(url):
         pass  # fail here, in one line, if the store cannot be opened
     os.environ["DOSSIER_DATABASE_URL"] = url
+    # every worker runs calls on a few threads (Settings.service.call_threads): one inference thread each
+    # unless cores are left over (more would spin and steal from the calls)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    os.environ.setdefault("DOSSIER_EMBED_THREADS", str(max(1, cores // max(workers, 1))))
+    per_worker = max(workers, 1) * dossier.Settings().service.call_threads
+    os.environ.setdefault("DOSSIER_EMBED_THREADS", str(max(1, cores // per_worker)))
     if host in LOOPBACK:  # MCP's DNS-rebinding check of the Host header, as the SDK does on loopback
         os.environ["DOSSIER_ALLOWED_HOSTS"] = "127.0.0.1:*,localhost:*,[::1]:*"
     err.print(f"dossier: serving {url} on http://{host}:{port} (API /v1, MCP /mcp, docs /docs)", markup=False)

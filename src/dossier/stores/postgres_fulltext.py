@@ -8,10 +8,11 @@ of thousands of rows, at some microseconds each. So, per query:
   gets an inverse document frequency from its document frequency in the org (BM25's
   ``ln((N - df + 0.5) / (df + 0.5))``, at least 1e-6 as in SQLite's FTS5), and a row's score is the sum
   over terms of ``idf * ts_rank(row, term)`` (section titles and headings weigh twice their text);
-* document frequencies are counted through the GIN index (exactly up to ``count_up_to`` rows, past
-  that estimated from the first ``sample`` rows of the org) and kept for ``ttl`` seconds per (org, kind),
-  dropped at once when this process writes to the org: they are corpus statistics, which FTS5 keeps in
-  its index and GIN does not expose;
+* document frequencies are counted through the GIN index, except that in an org of more than
+  ``sample`` rows a term found in at least 1% of the first ``sample`` rows gets its frequency estimated
+  from them (counting it exactly would read that many rows); they are kept for ``ttl`` seconds per
+  (org, kind), dropped at once when this process writes to the org: they are corpus statistics, which
+  FTS5 keeps in its index and GIN does not expose;
 * the match is pruned by IDF: the rarest terms, as many as together match at most ``cap`` rows (and at
   least the rarest one that matches at all), select the candidates, at most ``cap`` of them; the other
   terms only add to their scores. Only when fewer than ``limit`` rows match
@@ -33,11 +34,9 @@ Query = Callable[[str, str, Sequence[Any]], list[tuple]]  # (org, sql, params) -
 
 
 class TextSearch:
-    def __init__(self, query: Query, *, cap: int = 2_000, ttl: float = 300.0, count_up_to: int = 20_000,
-                 sample: int = 10_000) -> None:  # fmt: skip
+    def __init__(self, query: Query, *, cap: int = 2_000, ttl: float = 300.0, sample: int = 2_000) -> None:
         self._query = query
         self.cap = cap
-        self.count_up_to = count_up_to
         self.sample = sample
         self.ttl = ttl
         self._rows: dict[tuple[str, str], tuple[int, float]] = {}  # (org, kind) -> (rows, when counted)
@@ -89,7 +88,7 @@ class TextSearch:
         return out
 
     def _statistics(self, org: str, kind: str, found: list[str]) -> tuple[int, dict[str, int]]:
-        """Rows of ``kind`` in the org, and each term's document frequency (exact up to ``count_up_to``)."""
+        """Rows of ``kind`` in the org, and each term's document frequency (exact, or estimated if frequent)."""
         table, _ = _TABLES[kind]
         now = time.monotonic()
         cached = self._rows.get((org, kind))
@@ -98,26 +97,27 @@ class TextSearch:
             self._rows[(org, kind)] = cached
         missing = [t for t in found if now - self._df.get((org, kind, t), (0, -math.inf))[1] > self.ttl]
         if missing:
-            # counted exactly up to ``count_up_to`` rows; past that, estimated from a sample of the org's rows
-            count_up_to = min(max(self.cap, cached[0] // 2), self.count_up_to)
-            counted = self._query(
-                org,
-                f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE org = %b "
-                "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
-                [org, count_up_to, missing],
-            )
-            df = {term: int(n) for term, n in counted}
-            frequent = [term for term, n in df.items() if n >= count_up_to]
-            if frequent and cached[0] > count_up_to:
+            df: dict[str, int] = {}
+            if cached[0] > self.sample:  # a large org: frequent terms are estimated from a sample of its rows
                 sampled = self._query(
                     org,
                     f"WITH sample AS MATERIALIZED (SELECT tsv FROM {table}_fts WHERE org = %b LIMIT %b) "
-                    "SELECT t, (SELECT count(*) FROM sample WHERE tsv @@ phraseto_tsquery('english', t)), "
-                    "(SELECT count(*) FROM sample) FROM unnest(%b::text[]) t",
-                    [org, self.sample, frequent],
+                    "SELECT t, (SELECT count(*) FROM sample WHERE tsv @@ phraseto_tsquery('english', t)) "
+                    "FROM unnest(%b::text[]) t",
+                    [org, self.sample, missing],
                 )
-                for term, hits, size in sampled:
-                    df[term] = max(df[term], int(cached[0] * hits / max(size, 1)))
+                for term, hits in sampled:
+                    if hits >= 20:  # >= 1% of the rows: an estimate within ~20% is plenty for an IDF
+                        df[term] = int(cached[0] * hits / self.sample)
+            rarer = [t for t in missing if t not in df]
+            if rarer:  # counted exactly through the GIN index (the cap only bounds the cost of a miss)
+                counted = self._query(
+                    org,
+                    f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE org = %b "
+                    "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
+                    [org, max(self.cap, cached[0] // 2), rarer],
+                )
+                df.update((term, int(n)) for term, n in counted)
             for term, n in df.items():
                 self._df[(org, kind, term)] = (n, now)
         return max(cached[0], 1), {t: self._df[(org, kind, t)][0] for t in found}

@@ -60,7 +60,7 @@ CREATE TABLE memories_fts (
     tsv tsvector NOT NULL, PRIMARY KEY (org, id)
 );
 CREATE INDEX memories_fts_tsv ON memories_fts USING gin (tsv);
-CREATE INDEX memories_fts_record ON memories_fts (org, record);
+CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (tsv);  -- a record's memories: index-only
 CREATE TABLE documents (
     org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, title text NOT NULL, doc_type text NOT NULL,
     tags text[] NOT NULL, visible_to_roles text[], attached_record text COLLATE "C", is_system boolean NOT NULL,
@@ -83,8 +83,9 @@ CREATE TABLE edges (
     dst text COLLATE "C" NOT NULL, type text NOT NULL, active boolean NOT NULL, confidence double precision NOT NULL,
     weight double precision NOT NULL, dst_is_stub boolean NOT NULL, hash text NOT NULL, PRIMARY KEY (org, id)
 );
-CREATE INDEX edges_src ON edges (org, src);
-CREATE INDEX edges_dst ON edges (org, dst);
+CREATE INDEX edges_src ON edges (org, src) INCLUDE (dst, active, dst_is_stub, confidence, weight);
+CREATE INDEX edges_dst ON edges (org, dst) INCLUDE (src, active, dst_is_stub, confidence, weight);
+CREATE INDEX records_live ON records (org, id) INCLUDE (pending_deletion);
 CREATE TABLE vectors (
     org text COLLATE "C" NOT NULL, kind text NOT NULL, key text COLLATE "C" NOT NULL,
     parent text COLLATE "C" NOT NULL, text_hash text NOT NULL, embedding vector NOT NULL,
