@@ -167,6 +167,29 @@ def test_options_in_the_url_and_settings_per_transaction(pg_url: str, embedder: 
         store.close()
 
 
+# -- full text at scale ------------------------------------------------------------------------------
+def test_full_text_weighs_rare_words_and_prunes_common_ones(pg_store: PostgresStore, embedder: Any) -> None:
+    """A word in most rows weighs nothing (IDF) and, past the pruning cap, no longer widens the match; the
+    rows of the rare word come first, and the common word's rows only fill the remaining places."""
+    write_world(pg_store, embedder)
+    memories = [Memory(id=f"m-inv-{i:02d}", org="acme", record="r-bob", text=f"Invoice {i} was sent to the customer.",
+                       created_at="2024-05-01T00:00:00Z") for i in range(14)]  # fmt: skip
+    memories += [Memory(id=f"m-zep-{i}", org="acme", record="r-joe", text=f"The zeppelin invoice {i} is overdue.",
+                        created_at="2024-05-02T00:00:00Z") for i in range(2)]  # fmt: skip
+    pg_store.write(make_batch(embedder, memories=memories, vectors=False))
+    complete = pg_store.search_text("memory", "zeppelin invoice", org="acme", limit=10)
+    assert [h.id for h in complete[:2]] == ["m-zep-0", "m-zep-1"] and len(complete) == 10
+    pg_store._text.cap = 5  # as if the org were large: "invoice" (16 rows) is now common
+    pg_store._text.forget({"acme"})
+    pruned = pg_store.search_text("memory", "zeppelin invoice", org="acme", limit=10)
+    assert [h.id for h in pruned[:2]] == ["m-zep-0", "m-zep-1"]
+    assert len(pruned) == 2 + 5  # the rare word's rows, then at most ``cap`` rows of the common one
+    assert [h.score for h in pruned] == sorted((h.score for h in pruned), reverse=True)
+    # among a few parents the ranking is always complete
+    among = pg_store.search_text("memory", "zeppelin invoice", org="acme", limit=50, parents=["r-bob", "r-joe"])
+    assert len(among) == 17 and [h.id for h in among[:2]] == ["m-zep-0", "m-zep-1"]  # 16 + "Bob wants ... invoices"
+
+
 # -- selection by URL ------------------------------------------------------------------------------
 def test_open_selects_the_postgres_store_by_url(pg_url: str, embedder: Any) -> None:
     with dossier.open(pg_url, embedder=embedder) as engine:

@@ -76,7 +76,7 @@ class PostgresStore:
         url: str,
         *,
         exact_below: int = 2_000,
-        ef_search: int = 100,
+        ef_search: int = 200,
         hnsw_m: int = 16,
         hnsw_ef_construction: int = 64,
         index_build_memory: str = "1GB",
@@ -511,19 +511,17 @@ class PostgresStore:
         require_org(org, "edges_around")
         if not record_ids or max_hops < 1 or limit <= 0:
             return []
-        # Breadth first, one query per hop (as the SQLite store walks): an edge can be walked when it joins
-        # two live records (and is active and not to a stub, unless asked); it is reached at the first hop
-        # that touches one of its ends. Edges come through the (org, src) and (org, dst) indexes. A hop's
-        # query returns its best edges first and at most ``limit`` + those already seen: when it is cut
-        # short, ``limit`` new edges are in hand and later hops (which sort after them) cannot place.
-        walkable = (
-            "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub FROM edges e "
-            "JOIN records s ON s.org = e.org AND s.id = e.src AND NOT s.pending_deletion "
-            "JOIN records d ON d.org = e.org AND d.id = e.dst AND NOT d.pending_deletion "
-            "WHERE e.org = %b AND (e.src = ANY(%b::text[]) OR e.dst = ANY(%b::text[]))"
-            + ("" if include_inactive else " AND e.active")
-            + ("" if include_stubs else " AND NOT e.dst_is_stub")
-            + " ORDER BY e.confidence DESC, e.weight DESC, e.id LIMIT %b"
+        # Breadth first, hop by hop (as the SQLite store walks): an edge can be walked when it joins two
+        # live records (and is active and not to a stub, unless asked); it is reached at the first hop that
+        # touches one of its ends. A hop reads its edges best first from the covering (org, src) and
+        # (org, dst) indexes, and checks the liveness of the ends of only as many as it needs: once
+        # ``limit`` new edges are in hand, later hops (which sort after them) cannot place.
+        columns = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
+        flags = ("" if include_inactive else " AND active") + ("" if include_stubs else " AND NOT dst_is_stub")
+        touching = (
+            f"SELECT * FROM (SELECT {columns} FROM edges WHERE org = %b AND src = ANY(%b::text[]){flags} "
+            f"UNION SELECT {columns} FROM edges WHERE org = %b AND dst = ANY(%b::text[]){flags}) e "
+            "ORDER BY confidence DESC, weight DESC, id LIMIT %b"
         )
         seen: dict[str, EdgeHop] = {}
         visited = set(record_ids)
@@ -531,15 +529,26 @@ class PostgresStore:
         for hop in range(1, max_hops + 1):
             if not frontier or len(seen) >= limit:
                 break
-            room = limit + len(seen)
-            rows = self._query(org, walkable, [org, frontier, frontier, room])
+            room = limit + len(seen)  # enough to hold ``limit`` edges not seen at an earlier hop
+            fetch = 2 * room
+            while True:
+                rows = self._query(org, touching, [org, frontier, org, frontier, fetch])
+                ends = sorted({end for row in rows for end in (row[2], row[3])})
+                live = {r[0] for r in self._query(
+                    org, "SELECT id FROM records WHERE org = %b AND id = ANY(%b::text[]) AND NOT pending_deletion", [org, ends]
+                )} if ends else set()  # fmt: skip
+                walkable = [row for row in rows if row[2] in live and row[3] in live]
+                complete = len(rows) < fetch  # every edge of this hop was read
+                if complete or len(walkable) >= room:
+                    break
+                fetch *= 4
             next_frontier: set[str] = set()
-            for row in rows:
+            for row in walkable[:room] if not complete else walkable:
                 edge = _edge(row)
                 if edge.id not in seen:
                     seen[edge.id] = EdgeHop(edge, hop)
                     next_frontier.update(end for end in (edge.src, edge.dst) if end not in visited)
-            if len(rows) == room:  # cut short: at least ``limit`` edges in hand, the walk is over
+            if not complete:  # ``limit`` new edges in hand: the walk is over
                 break
             visited |= next_frontier
             frontier = sorted(next_frontier)

@@ -1,8 +1,8 @@
-"""Full-text search over ``tsvector`` columns, ranked the way BM25 ranks (rare words weigh more).
+"""Full-text search over the ``tsvector`` side tables, ranked the way BM25 ranks: rare words weigh more.
 
-PostgreSQL's ``ts_rank`` weighs every query word alike and ranks every row that matches any of them;
-on a large org a question with a common word ("price" in two thirds of the sections) then ranks tens
-of thousands of rows, at some microseconds each. So, per query:
+PostgreSQL's ``ts_rank`` weighs every query word alike and ranks every row that matches any of them; on
+a large org a question with a common word ("price" in two thirds of the sections) then ranks tens of
+thousands of rows, at some microseconds each. So, per query:
 
 * each term (a word, or a code such as ``NW-EDU-40`` as a phrase, see :mod:`dossier.stores.fulltext`)
   gets an inverse document frequency from its document frequency in the org (BM25's
@@ -15,10 +15,10 @@ of thousands of rows, at some microseconds each. So, per query:
   FTS5 keeps in its index and GIN does not expose;
 * the match is pruned by IDF: the rarest terms, as many as together match at most ``cap`` rows (and at
   least the rarest one that matches at all), select the candidates, at most ``cap`` of them; the other
-  terms only add to their scores. Only when fewer than ``limit`` rows match
-  the rare terms are rows matching the others ranked too, at most ``cap`` of them (words that common
-  carry little evidence: their IDF is near zero). Under ``cap`` rows nothing is pruned, so a small org
-  (or a search among a few parents) gets the complete ranking.
+  terms only add to their scores. Only when fewer than ``limit`` rows match the rare terms are rows
+  matching the others ranked too, again at most ``cap`` of them (words that common carry little
+  evidence: their IDF is near zero). An org with fewer than ``cap`` rows of a kind, and any search among
+  given parents (a record's memories), gets the complete ranking.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ Query = Callable[[str, str, Sequence[Any]], list[tuple]]  # (org, sql, params) -
 
 
 class TextSearch:
-    def __init__(self, query: Query, *, cap: int = 2_000, ttl: float = 300.0, sample: int = 2_000) -> None:
+    def __init__(self, query: Query, *, cap: int = 500, ttl: float = 300.0, sample: int = 2_000) -> None:
         self._query = query
         self.cap = cap
         self.sample = sample
@@ -52,8 +52,11 @@ class TextSearch:
         table, parent = _TABLES[kind]
         rows, df = self._statistics(org, kind, found)
         idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
-        score = " + ".join([f"%b * ts_rank('{_WEIGHTS}', tsv, phraseto_tsquery('english', %b), 1)"] * len(found))
-        weighted = [x for t in found for x in (idf[t], t)]
+        # each term's ts_rank (section titles and headings weigh twice the text), weighted by its IDF; terms in
+        # half the rows or more have no weight (BM25's IDF floor) and are left out of the score
+        scored = [t for t in found if idf[t] > 1e-6] or found[:1]
+        score = " + ".join([f"%b * ts_rank('{_WEIGHTS}', tsv, phraseto_tsquery('english', %b), 1)"] * len(scored))
+        weighted = [x for t in scored for x in (idf[t], t)]
         scope, scope_params = "org = %b", [org]  # type: str, list[Any]
         rare: list[str] = []
         if parents is not None:  # a few parents' rows come from the (org, parent) index: match every term
@@ -68,21 +71,26 @@ class TextSearch:
                 rare.append(term)
                 matched += df[term]
         common = [t for t in found if t not in rare]
-        fts = f"{table}_fts"
+        # among parents, their rows come from the (org, parent) index and are filtered by the query (OFFSET 0
+        # fences the filter off, or the planner intersects with a GIN scan of every row holding a common word)
+        fts = f"{table}_fts" if parents is None else f"(SELECT * FROM {table}_fts WHERE {scope} OFFSET 0) p"
+        fts_params = [] if parents is None else scope_params
+        cap = self.cap if parents is None else 2**31 - 1  # a few parents' rows are all ranked
         # hits leave the store only if the content table (row-level security) agrees they are the org's
         visible = f"WHERE EXISTS (SELECT 1 FROM {table} c WHERE c.org = %b AND c.id = r.id) ORDER BY score DESC, id"
         out = self._query(
             org,
             f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
             f"AND tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b) r {visible}",
-            [*weighted, *scope_params, *rare, self.cap, int(limit), org],
+            [*weighted, *fts_params, *scope_params, *rare, cap, int(limit), org],
         )
         if common and len(out) < limit:
             out += self._query(
                 org,
                 f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM (SELECT * FROM {fts} WHERE {scope} "
-                f"AND tsv @@ ({_any(common)}) AND NOT tsv @@ ({_any(rare)}) LIMIT %b) s ORDER BY score DESC, id LIMIT %b) r {visible}",
-                [*weighted, *scope_params, *common, *rare, self.cap, int(limit) - len(out), org],
+                f"AND tsv @@ ({_any(common)}) AND NOT tsv @@ ({_any(rare)}) LIMIT %b) s "
+                f"ORDER BY score DESC, id LIMIT %b) r {visible}",
+                [*weighted, *fts_params, *scope_params, *common, *rare, cap, int(limit) - len(out), org],
             )
             out.sort(key=lambda row: (-row[2], row[0]))
         return out

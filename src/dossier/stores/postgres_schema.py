@@ -109,6 +109,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """
     + _row_security("results"),
+    # 3: covering indexes: a graph walk reads edges from these alone (index-only scans), and a record's
+    # memories are matched against the query from the index, not the table
+    """
+    DROP INDEX edges_src;
+    DROP INDEX edges_dst;
+    DROP INDEX memories_fts_record;
+    CREATE INDEX edges_src ON edges (org, src) INCLUDE (id, dst, type, active, confidence, weight, dst_is_stub);
+    CREATE INDEX edges_dst ON edges (org, dst) INCLUDE (id, src, type, active, confidence, weight, dst_is_stub);
+    CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
