@@ -6,6 +6,7 @@ Reproduce (from the repository root, after `pip install -e ".[postgres]"`):
     python bench/scale.py --levels 100000 --stores postgres # one level, one store
     python bench/scale.py --pg-url postgresql://...         # an existing server (default: a pgserver)
     python bench/scale.py --report bench-scale.json         # where the numbers go (appended per run)
+    python bench/scale.py --load-only; python bench/scale.py --measure-only   # load now, measure when quiet
 
 What it does, per level (memories; sections are a tenth of them, capped at 100,000):
 
@@ -358,6 +359,9 @@ def run_level(kind: str, level: int, args: argparse.Namespace, model: OnnxMiniLM
         report = engine.load_bundle(data)
         result.update(load_s=round(time.perf_counter() - started, 1), embedded_during_load=report.embedded)
         print(f"[{kind} {level:,}] loaded in {result['load_s']:.0f} s", flush=True)
+    if args.load_only:
+        engine.close()
+        return result
     emails = [r["identifiers"]["email"] for r in data["records"] if r["kind"] == "contact"]
     rows = corpus_rows(embedder, data)
     del data  # the bundle is large; what follows needs only the emails and the vectors' rows
@@ -389,6 +393,7 @@ def main() -> None:
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "dossier-bench"))
     parser.add_argument("--report", default="bench-scale.json")
     parser.add_argument("--measure-only", action="store_true", help="measure stores loaded by an earlier run (no load)")
+    parser.add_argument("--load-only", action="store_true", help="load the stores and stop (measure later with --measure-only)")
     parser.add_argument("--memory-pool", type=int, default=MEMORY_POOL, help="distinct memory texts")
     parser.add_argument("--titles", type=int, default=TITLES, help=f"document titles ({SECTIONS_PER_TITLE} distinct sections each)")
     args = parser.parse_args()
@@ -406,6 +411,9 @@ def main() -> None:
             with open(args.report, "a", encoding="utf-8") as out:
                 out.write(json.dumps(results[-1]) + "\n")
     for r in results:
+        if "brief" not in r:
+            print(f"{r['store']:>8} {r['memories']:>9,} memories {r['sections']:>7,} sections | load {r['load_s']:>6.0f} s")
+            continue
         b, v = r["brief"], r["vector_recall"]
         load = f"{r['load_s']:>6.0f} s" if "load_s" in r else "  (earlier run)"
         print(f"{r['store']:>8} {r['memories']:>9,} memories {r['sections']:>7,} sections | load {load} | "
