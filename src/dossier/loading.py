@@ -197,8 +197,8 @@ def load_bundle(
     if progress:
         progress(0, len(texts))
     vectors = embedder.embed_documents(texts, progress=step)
-    for (org, kind, key, parent, digest, _), vector in zip(pending, vectors):
-        batch.vectors.append(VectorWrite(org, kind, key, parent, digest, vector))
+    for (org, vector_kind, key, parent, digest, _), vector in zip(pending, vectors):
+        batch.vectors.append(VectorWrite(org, vector_kind, key, parent, digest, vector))
     report.embedded = len(texts)
     if len(batch) or batch.vectors:
         store.write(batch)
@@ -287,9 +287,9 @@ def document_from_markdown(
     doc_id = doc_id or slug(title)
     chunks: list[tuple[str, list[str]]] = [("", [])]
     for line in lines:
-        match = _HEADING.match(line)
-        if match:
-            chunks.append((match.group(2), []))
+        heading_match = _HEADING.match(line)
+        if heading_match:
+            chunks.append((heading_match.group(2), []))
         else:
             chunks[-1][1].append(line)
     sections: list[Section] = []

@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..schema import RetrieveResponse, SectionItem, item_key
+from ..schema import RetrieveResponse, SectionItem, SourceName, item_key
 from .dataset import Question
 
 METRICS = (
@@ -14,7 +14,7 @@ METRICS = (
     "edge_recall", "record_accuracy", "abstention",
 )  # fmt: skip
 LAYERS = ("recall", "filter", "govern", "select", "budget")
-GOLD_SOURCES = {"sections": "documents", "memories": "memories", "properties": "properties", "edges": "graph"}
+GOLD_SOURCES: dict[str, SourceName] = {"sections": "documents", "memories": "memories", "properties": "properties", "edges": "graph"}
 
 
 @dataclass

@@ -60,7 +60,7 @@ def shares(call: Call, active: list[SourceName]) -> dict[SourceName, int]:
     total = call.request.budget.totalTokens
     weights = call.settings.shares.as_dict()
     if call.request.budget.shares:
-        weights.update(call.request.budget.shares)
+        weights.update(call.request.budget.shares.items())  # as pairs: SourceName keys into a dict[str, float]
     mass = sum(weights[s] for s in active)
     if mass <= 0:
         return {s: total // max(len(active), 1) for s in active}
@@ -99,7 +99,7 @@ def pack(call: Call) -> None:
             call.note(source, item_key(item), "budget", "dropped", "over_budget", getattr(item, "score", None))
         for item in packed[source]:
             call.note(source, item_key(item), "budget", "kept", "truncated" if getattr(item, "truncated", False) else None)
-    call.shares = dict(allowance)
+    call.shares = dict(allowance.items())  # as pairs: call.shares is dict[str, int]
 
 
 def _fill(items: list[Any], room: int, out: list[Any], used: dict[SourceName, int], source: SourceName,

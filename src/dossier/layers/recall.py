@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..schema import Route, item_key
+from typing import cast
+
+from ..schema import Route, SourceName, item_key
 from ..sources import Failed, Skipped
 from .context import Call
 
@@ -10,7 +12,9 @@ from .context import Call
 def recall(call: Call) -> None:
     assert call.plan is not None
     for source in call.engine.sources:
-        name = source.name
+        # Engine.sources is a tuple of concrete classes whose ``name`` class attributes are inferred as plain
+        # ``str``; each is one of the SourceName literals (the Source protocol says so).
+        name = cast(SourceName, source.name)
         route = call.route.setdefault(name, Route())
         result = call.results[name]
         if not call.plan.sources.get(name):

@@ -40,9 +40,11 @@ class VectorIndex:
         if self._hnsw is None:
             from usearch.index import Index
 
-            index = Index(ndim=self.matrix.shape[1], metric="cos", dtype="f32", connectivity=16, expansion_add=128)
+            index = Index(
+                ndim=self.matrix.shape[1], metric="cos", dtype="f32", connectivity=16, expansion_add=128,
+                expansion_search=max(64, limit * 4),
+            )  # fmt: skip
             index.add(np.arange(len(self.keys), dtype=np.uint64), self.matrix)
-            index.expansion_search = max(64, limit * 4)
             self._hnsw = index
         matches = self._hnsw.search(query.astype(np.float32), limit)  # type: ignore[attr-defined]
         rows = np.asarray(matches.keys, dtype=np.int64)
