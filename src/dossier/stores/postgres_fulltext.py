@@ -6,8 +6,11 @@ thousands of rows, at some microseconds each. So, per query:
 
 * each term (a word, or a code such as ``NW-EDU-40`` as a phrase, see :mod:`dossier.stores.fulltext`)
   gets an inverse document frequency from its document frequency in the org (BM25's
-  ``ln((N - df + 0.5) / (df + 0.5))``, at least 1e-6 as in SQLite's FTS5), and a row's score is the sum
-  over terms of ``idf * ts_rank(row, term)`` (section titles and headings weigh twice their text);
+  ``ln((N - df + 0.5) / (df + 0.5))``, at least 1e-6 as in SQLite's FTS5), and a row's score is BM25 as
+  FTS5's ``bm25()`` computes it (k1 = 1.2, b = 0.75): the term's frequency in the row, read off the
+  lexeme's positions in its ``tsvector`` (an occurrence in a section's title or heading counts twice),
+  saturated and normalised by the row's length against the org's average length (estimated from a
+  sample); the two stores then rank alike up to their stemmers and tokenisers;
 * document frequencies are counted through the GIN index, except that in an org of more than
   ``sample`` rows a term found in at least 1% of the first ``sample`` rows gets its frequency estimated
   from them (counting it exactly would read that many rows); they are kept for ``ttl`` seconds per
@@ -27,7 +30,19 @@ import math
 import time
 from typing import Any, Callable, Sequence
 
-_WEIGHTS = "{0.1, 0.2, 0.5, 1.0}"  # D, C, B (section text), A (title, heading)
+_K1, _B = 1.2, 0.75  # FTS5's bm25() constants
+#: A row's length in tokens: its last position (stop words hold positions too; PostgreSQL caps them at 16383).
+_LENGTH = "(SELECT coalesce(max(p), 1) FROM unnest({tsv}) u, unnest(u.positions) p)"
+#: BM25 of row ``s``, given the average row length (%b), for the terms' lexemes (%b text[]) with their IDFs
+#: (%b float8[]). A term's frequency counts each occurrence in a section's title or heading (weight A) twice,
+#: one in its text (B) or in a memory once, as the SQLite store's bm25() column weights do.
+_BM25 = (
+    "(SELECT coalesce(sum(q.idf * q.f * ({k1} + 1) / (q.f + {k1} * (1 - {b} + {b} * n.len / %b))), 0) "
+    "FROM (SELECT k.idf, sum(CASE w WHEN 'A' THEN 2.0 ELSE 1.0 END) AS f FROM unnest(s.tsv) u "
+    "JOIN unnest(%b::text[], %b::float8[]) WITH ORDINALITY AS k(lexeme, idf, n) ON k.lexeme = u.lexeme "
+    "CROSS JOIN unnest(u.weights) w GROUP BY k.n, k.idf) q, "
+    "(SELECT " + _LENGTH.format(tsv="s.tsv") + " AS len) n)"
+)
 _TABLES = {"section": ("sections", "document"), "memory": ("memories", "record")}  # content table, parent column
 
 Query = Callable[[str, str, Sequence[Any]], list[tuple]]  # (org, sql, params) -> rows
@@ -39,7 +54,8 @@ class TextSearch:
         self.cap = cap
         self.sample = sample
         self.ttl = ttl
-        self._rows: dict[tuple[str, str], tuple[int, float]] = {}  # (org, kind) -> (rows, when counted)
+        self._rows: dict[tuple[str, str], tuple[int, float, float]] = {}  # (org, kind) -> (rows, average length, when)
+        self._lexeme: dict[str, str | None] = {}  # term -> its lexeme (the english configuration does not change)
         self._df: dict[tuple[str, str, str], tuple[int, float]] = {}  # (org, kind, term) -> (df, when counted)
 
     def forget(self, orgs: set[str]) -> None:
@@ -50,13 +66,13 @@ class TextSearch:
     def search(self, kind: str, found: list[str], *, org: str, limit: int, parents: Sequence[str] | None) -> list[tuple]:
         """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``."""
         table, parent = _TABLES[kind]
-        rows, df = self._statistics(org, kind, found)
+        rows, avg_length, df = self._statistics(org, kind, found)
         idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
-        # each term's ts_rank (section titles and headings weigh twice the text), weighted by its IDF; terms in
-        # half the rows or more have no weight (BM25's IDF floor) and are left out of the score
-        scored = [t for t in found if idf[t] > 1e-6] or found[:1]
-        score = " + ".join([f"%b * ts_rank('{_WEIGHTS}', tsv, phraseto_tsquery('english', %b), 1)"] * len(scored))
-        weighted = [x for t in scored for x in (idf[t], t)]
+        lexeme = self._lexemes(org, found)
+        # terms in half the rows or more have no weight (BM25's IDF floor) and are left out of the score
+        scored = [t for t in found if idf[t] > 1e-6 and lexeme[t]] or [t for t in found if lexeme[t]][:1]
+        score = _BM25.format(k1=_K1, b=_B)
+        weighted = [avg_length, [lexeme[t] for t in scored], [idf[t] for t in scored]]
         scope, scope_params = "org = %b", [org]  # type: str, list[Any]
         rare: list[str] = []
         if parents is not None:  # a few parents' rows come from the (org, parent) index: match every term
@@ -95,13 +111,35 @@ class TextSearch:
             out.sort(key=lambda row: (-row[2], row[0]))
         return out
 
-    def _statistics(self, org: str, kind: str, found: list[str]) -> tuple[int, dict[str, int]]:
-        """Rows of ``kind`` in the org, and each term's document frequency (exact, or estimated if frequent)."""
+    def _lexemes(self, org: str, found: list[str]) -> dict[str, str | None]:
+        """Each term's lexeme (its first token's, for a code: the whole hyphenated code), None for a stop word."""
+        missing = [t for t in found if t not in self._lexeme]
+        if missing:
+            rows = self._query(
+                org,
+                "SELECT t, (SELECT lexeme FROM unnest(to_tsvector('english', t)) u WHERE 1 = ANY(u.positions)) "
+                "FROM unnest(%b::text[]) t",
+                [missing],
+            )
+            if len(self._lexeme) > 100_000:
+                self._lexeme.clear()
+            self._lexeme.update((term, lex) for term, lex in rows)
+        return {t: self._lexeme.get(t) for t in found}
+
+    def _statistics(self, org: str, kind: str, found: list[str]) -> tuple[int, float, dict[str, int]]:
+        """Rows of ``kind`` in the org, their average length in tokens (from a sample of at most ``sample``
+        rows), and each term's document frequency (exact, or estimated if frequent)."""
         table, _ = _TABLES[kind]
         now = time.monotonic()
         cached = self._rows.get((org, kind))
-        if cached is None or now - cached[1] > self.ttl:
-            cached = (int(self._query(org, f"SELECT count(*) FROM {table}_fts WHERE org = %b", [org])[0][0]), now)
+        if cached is None or now - cached[2] > self.ttl:
+            count, length = self._query(
+                org,
+                f"SELECT (SELECT count(*) FROM {table}_fts WHERE org = %b), (SELECT avg({_LENGTH.format(tsv='tsv')}) "
+                f"FROM (SELECT tsv FROM {table}_fts WHERE org = %b LIMIT %b) s)",
+                [org, org, self.sample],
+            )[0]
+            cached = (int(count), float(length or 1.0), now)
             self._rows[(org, kind)] = cached
         missing = [t for t in found if now - self._df.get((org, kind, t), (0, -math.inf))[1] > self.ttl]
         if missing:
@@ -128,7 +166,7 @@ class TextSearch:
                 df.update((term, int(n)) for term, n in counted)
             for term, n in df.items():
                 self._df[(org, kind, term)] = (n, now)
-        return max(cached[0], 1), {t: self._df[(org, kind, t)][0] for t in found}
+        return max(cached[0], 1), max(cached[1], 1.0), {t: self._df[(org, kind, t)][0] for t in found}
 
 
 def _any(found: Sequence[str]) -> str:
