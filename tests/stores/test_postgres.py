@@ -102,6 +102,31 @@ def test_migrations_are_recorded_and_applied_once(pg_url: str) -> None:
     assert versions == list(range(1, SCHEMA_VERSION + 1))
 
 
+def test_an_older_database_is_migrated_in_place_and_ranks_as_a_new_one(pg_url: str, embedder: Any) -> None:
+    """Migration 4 adds each full-text row's length (BM25 normalises by it) to rows already stored."""
+    store = PostgresStore(pg_url)
+    write_world(store, embedder)
+    before = store.search_text("memory", "discount renewal pricing", org="acme", limit=10)
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 3, as a database made before it
+        conn.execute("DROP INDEX memories_fts_record")
+        conn.execute("ALTER TABLE memories_fts DROP COLUMN length")
+        conn.execute("ALTER TABLE sections_fts DROP COLUMN length")
+        conn.execute("CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv)")
+        conn.execute("DELETE FROM dossier_schema WHERE version = 4")
+    store = PostgresStore(pg_url)
+    try:
+        after = store.search_text("memory", "discount renewal pricing", org="acme", limit=10)
+        assert [(h.id, round(h.score, 9)) for h in after] == [(h.id, round(h.score, 9)) for h in before] and before
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT set_config('dossier.org', 'acme', false)")
+            lengths = dict(conn.execute("SELECT id, length FROM memories_fts WHERE org = 'acme'").fetchall())
+            texts = dict(conn.execute("SELECT id, text FROM memories WHERE org = 'acme'").fetchall())
+        assert set(lengths) == set(texts) and all(lengths[i] >= len(texts[i].split()) for i in texts)  # stop words too
+    finally:
+        store.close()
+
+
 def test_a_database_from_a_newer_dossier_is_refused(pg_url: str) -> None:
     PostgresStore(pg_url).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:

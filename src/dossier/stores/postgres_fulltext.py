@@ -31,17 +31,14 @@ import time
 from typing import Any, Callable, Sequence
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
-#: A row's length in tokens: its last position (stop words hold positions too; PostgreSQL caps them at 16383).
-_LENGTH = "(SELECT coalesce(max(p), 1) FROM unnest({tsv}) u, unnest(u.positions) p)"
-#: BM25 of row ``s``, given the average row length (%b), for the terms' lexemes (%b text[]) with their IDFs
-#: (%b float8[]). A term's frequency counts each occurrence in a section's title or heading (weight A) twice,
+#: BM25 of row ``s`` (its ``length`` in tokens is stored beside its ``tsvector``), given the average row
+#: length (%b), for the terms' lexemes (%b text[]) with their IDFs (%b float8[]). A term's frequency counts each occurrence in a section's title or heading (weight A) twice,
 #: one in its text (B) or in a memory once, as the SQLite store's bm25() column weights do.
 _BM25 = (
-    "(SELECT coalesce(sum(q.idf * q.f * ({k1} + 1) / (q.f + {k1} * (1 - {b} + {b} * n.len / %b))), 0) "
+    "(SELECT coalesce(sum(q.idf * q.f * ({k1} + 1) / (q.f + {k1} * (1 - {b} + {b} * s.length / %b))), 0) "
     "FROM (SELECT k.idf, sum(CASE w WHEN 'A' THEN 2.0 ELSE 1.0 END) AS f FROM unnest(s.tsv) u "
     "JOIN unnest(%b::text[], %b::float8[]) WITH ORDINALITY AS k(lexeme, idf, n) ON k.lexeme = u.lexeme "
-    "CROSS JOIN unnest(u.weights) w GROUP BY k.n, k.idf) q, "
-    "(SELECT " + _LENGTH.format(tsv="s.tsv") + " AS len) n)"
+    "CROSS JOIN unnest(u.weights) w GROUP BY k.n, k.idf) q)"
 )
 _TABLES = {"section": ("sections", "document"), "memory": ("memories", "record")}  # content table, parent column
 
@@ -135,8 +132,8 @@ class TextSearch:
         if cached is None or now - cached[2] > self.ttl:
             count, length = self._query(
                 org,
-                f"SELECT (SELECT count(*) FROM {table}_fts WHERE org = %b), (SELECT avg({_LENGTH.format(tsv='tsv')}) "
-                f"FROM (SELECT tsv FROM {table}_fts WHERE org = %b LIMIT %b) s)",
+                f"SELECT (SELECT count(*) FROM {table}_fts WHERE org = %b), (SELECT avg(length) "
+                f"FROM (SELECT length FROM {table}_fts WHERE org = %b LIMIT %b) s)",
                 [org, org, self.sample],
             )[0]
             cached = (int(count), float(length or 1.0), now)

@@ -16,6 +16,12 @@ Ids are ``COLLATE "C"`` so that ``ORDER BY id`` sorts bytewise, as the SQLite st
 
 from __future__ import annotations
 
+#: A text's length in tokens, stop words included, which BM25 normalises by as FTS5 does: the last position
+#: of its ``simple`` (no stop words) ``tsvector`` (PostgreSQL caps positions at 16383).
+TEXT_LENGTH = "(SELECT coalesce(max(p), 1) FROM unnest(to_tsvector('simple', {text})) u, unnest(u.positions) p)"
+MEMORY_LENGTH = TEXT_LENGTH.format(text="text")
+SECTION_LENGTH = TEXT_LENGTH.format(text="title || ' ' || heading || ' ' || text")
+
 ORG_TABLES = ("callers", "records", "memories", "documents", "sections", "edges", "vectors", "org_settings", "vector_partitions")
 #: pgvector ships in pgserver as 0.6.2: HNSW indexes (0.5+), parallel HNSW builds (0.6+); no iterative scans
 #: (0.8), which is one reason vectors are partitioned by org rather than filtered after an index scan.
@@ -119,6 +125,28 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX edges_dst ON edges (org, dst) INCLUDE (id, src, type, active, confidence, weight, dst_is_stub);
     CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv);
     """,
+    # 4: each full-text row's length in tokens, which BM25 normalises by (and the record index covers it)
+    """
+    DROP INDEX memories_fts_record;
+    ALTER TABLE memories_fts ADD COLUMN length integer NOT NULL DEFAULT 1;
+    ALTER TABLE sections_fts ADD COLUMN length integer NOT NULL DEFAULT 1;
+    """
+    # the texts are behind row-level security: backfill one org at a time, scoped to it
+    + f"""
+    DO $$
+    DECLARE o text;
+    BEGIN
+        FOR o IN SELECT org FROM memories_fts UNION SELECT org FROM sections_fts LOOP
+            PERFORM set_config('dossier.org', o, true);
+            UPDATE memories_fts f SET length = {MEMORY_LENGTH} FROM memories
+                WHERE f.org = o AND memories.org = o AND memories.id = f.id;
+            UPDATE sections_fts f SET length = {SECTION_LENGTH} FROM sections
+                WHERE f.org = o AND sections.org = o AND sections.id = f.id;
+        END LOOP;
+        PERFORM set_config('dossier.org', '', true);
+    END $$;
+    """
+    + "CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv, length);\n",
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,7 +15,7 @@ import psycopg
 from ..bundle import Document, Memory, Record
 from ..identifiers import email_domain
 from .base import WriteBatch, property_key, require_org
-from .postgres_schema import MEMORY_TSV, SECTION_TSV
+from .postgres_schema import MEMORY_LENGTH, MEMORY_TSV, SECTION_LENGTH, SECTION_TSV
 
 
 def group_by_org(batch: WriteBatch) -> dict[str, dict[str, list]]:
@@ -109,8 +109,9 @@ def _write_memories(cur: psycopg.Cursor, org: str, memories: list[tuple[Memory, 
         [(m.org, m.id, m.record, m.text, m.created_at, digest) for m, digest in memories],
     )
     cur.execute(
-        f"INSERT INTO memories_fts SELECT org, id, record, {MEMORY_TSV} FROM memories WHERE org = %b AND id = ANY(%b::text[]) "
-        "ON CONFLICT (org, id) DO UPDATE SET record = excluded.record, tsv = excluded.tsv",
+        f"INSERT INTO memories_fts (org, id, record, tsv, length) SELECT org, id, record, {MEMORY_TSV}, {MEMORY_LENGTH} "
+        "FROM memories WHERE org = %b AND id = ANY(%b::text[]) "
+        "ON CONFLICT (org, id) DO UPDATE SET record = excluded.record, tsv = excluded.tsv, length = excluded.length",
         [org, [m.id for m, _ in memories]],
     )
     # a memory moved to another record takes its vector along
@@ -142,8 +143,8 @@ def _write_documents(cur: psycopg.Cursor, org: str, documents: list[tuple[Docume
     )  # fmt: skip
     cur.execute("DELETE FROM sections_fts WHERE org = %b AND document = ANY(%b::text[])", [org, [d.id for d, _ in documents]])
     cur.execute(
-        f"INSERT INTO sections_fts SELECT org, id, document, {SECTION_TSV} FROM sections "
-        "WHERE org = %b AND document = ANY(%b::text[])",
+        f"INSERT INTO sections_fts (org, id, document, tsv, length) SELECT org, id, document, {SECTION_TSV}, "
+        f"{SECTION_LENGTH} FROM sections WHERE org = %b AND document = ANY(%b::text[])",
         [org, [d.id for d, _ in documents]],
     )
     new = {(s.id, d.id) for d, _ in documents for s in d.sections}
