@@ -8,6 +8,7 @@ loader), with real content hashes and real MiniLM vectors.
 from __future__ import annotations
 
 import inspect
+import random
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
@@ -573,6 +574,42 @@ def test_edges_around_a_record_pending_deletion_is_empty(store: Store, embedder:
     write_world(store, embedder)
     assert store.edges_around(["r-gone"], org="acme", max_hops=3, limit=50, include_inactive=True, include_stubs=True) == []
     assert store.edges_around(["r-hal"], org="acme", max_hops=3, limit=50) == []
+
+
+def _walk(edges: list[Edge], live: set[str], seeds: list[str], max_hops: int, limit: int) -> list[tuple[str, int]]:
+    """The reference walk: every hop in full (no early stop), then ordered and cut."""
+    walkable = [e for e in edges if e.active and not e.dst_is_stub and e.src in live and e.dst in live]
+    hops: dict[str, int] = {}
+    visited, frontier = set(seeds), set(seeds)
+    for hop in range(1, max_hops + 1):
+        reached = [e for e in walkable if e.id not in hops and (e.src in frontier or e.dst in frontier)]
+        hops.update((e.id, hop) for e in reached)
+        frontier = {end for e in reached for end in (e.src, e.dst)} - visited
+        visited |= frontier
+    by_id = {e.id: e for e in walkable}
+    ordered = sorted(hops, key=lambda i: (hops[i], -by_id[i].confidence, -by_id[i].weight, i))
+    return [(i, hops[i]) for i in ordered[:limit]]
+
+
+def test_edges_around_matches_a_full_walk_on_a_graph_with_hubs(store: Store, embedder: Any) -> None:
+    """A walk that stops once ``limit`` edges are certain gives what walking every hop would: graphs with
+    hub records (a company with hundreds of contacts), ties in confidence and weight, dead and inactive edges."""
+    rng = random.Random(4)
+    records = [_contact("acme", f"r{i:03d}", pending_deletion=(i % 17 == 5)) for i in range(120)]
+    hubs = ["r000", "r001", "r002"]
+    edges = []
+    for n in range(600):
+        src = f"r{rng.randrange(120):03d}"
+        dst = rng.choice(hubs) if n % 3 else f"r{rng.randrange(120):03d}"
+        edges.append(Edge(id=f"x{n:03d}", org="acme", src=src, dst=dst, type="knows", active=rng.random() > 0.1,
+                          confidence=rng.choice([0.5, 0.7, 0.9]), weight=rng.choice([1.0, 2.0])))  # fmt: skip
+    store.write(make_batch(embedder, orgs=[Org(id="acme")], records=records, edges=edges, vectors=False))
+    live = {r.id for r in records if not r.pending_deletion}
+    for seeds in (["r003"], ["r000"], ["r010", "r011"], ["r005"]):
+        for max_hops in (1, 2, 3):
+            for limit in (1, 7, 50, 1000):
+                found = _hops(store.edges_around(seeds, org="acme", max_hops=max_hops, limit=limit))
+                assert found == _walk(edges, live, seeds, max_hops, limit), (seeds, max_hops, limit)
 
 
 def test_edges_around_returns_whole_edges(store: Store, embedder: Any) -> None:

@@ -490,35 +490,53 @@ class SQLiteStore:
         include_stubs: bool = False,
     ) -> list[EdgeHop]:
         require_org(org, "edges_around")
+        if not record_ids or max_hops < 1 or limit <= 0:
+            return []
+        # Breadth first, hop by hop: an edge is reached at the first hop that touches one of its ends, and
+        # every edge of hop h ranks before those of hop h + 1. A hop reads its edges best first, at most
+        # ``limit`` + those already seen per chunk of the frontier: when a read is cut short, ``limit`` new
+        # edges of this hop are in hand, later hops cannot place, and the walk ends (a hub record with
+        # thousands of edges costs a bounded read, not a walk through all of its neighbours).
         seen: dict[str, EdgeHop] = {}
         visited = set(record_ids)
         frontier = list(record_ids)
+        flags = ("" if include_inactive else " AND e.active = 1") + ("" if include_stubs else " AND e.dst_is_stub = 0")
         for hop in range(1, max_hops + 1):
-            if not frontier:
+            if not frontier or len(seen) >= limit:
                 break
-            next_frontier: list[str] = []
+            fetch = limit + len(seen)
+            rows: list[tuple] = []
+            complete = True
             for chunk in _chunks(frontier):
                 marks = ",".join("?" * len(chunk))
-                sql = (
+                got = self._query(
                     "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub "
                     "FROM edges e "
                     "JOIN records s ON s.org = e.org AND s.id = e.src AND s.pending_deletion = 0 "
                     "JOIN records d ON d.org = e.org AND d.id = e.dst AND d.pending_deletion = 0 "
-                    f"WHERE e.org = ? AND (e.src IN ({marks}) OR e.dst IN ({marks}))"
+                    f"WHERE e.org = ? AND (e.src IN ({marks}) OR e.dst IN ({marks})){flags} "
+                    "ORDER BY e.confidence DESC, e.weight DESC, e.id LIMIT ?",
+                    [org, *chunk, *chunk, fetch],
                 )
-                if not include_inactive:
-                    sql += " AND e.active = 1"
-                if not include_stubs:
-                    sql += " AND e.dst_is_stub = 0"
-                for row in self._query(sql, [org, *chunk, *chunk]):
-                    edge = _edge(row)
-                    if edge.id in seen:
-                        continue
-                    seen[edge.id] = EdgeHop(edge, hop)
-                    for end in (edge.src, edge.dst):
-                        if end not in visited:
-                            visited.add(end)
-                            next_frontier.append(end)
+                complete = complete and len(got) < fetch
+                rows.extend(got)
+            rows.sort(key=lambda r: (-r[6], -r[7], r[1]))
+            room = limit - len(seen)
+            next_frontier: list[str] = []
+            for row in rows:
+                if row[1] in seen:
+                    continue
+                if not complete and room <= 0:
+                    break
+                edge = _edge(row)
+                seen[edge.id] = EdgeHop(edge, hop)
+                room -= 1
+                for end in (edge.src, edge.dst):
+                    if end not in visited:
+                        visited.add(end)
+                        next_frontier.append(end)
+            if not complete:
+                break
             frontier = next_frontier
         ordered = sorted(seen.values(), key=lambda h: (h.hops, -h.edge.confidence, -h.edge.weight, h.edge.id))
         return ordered[:limit]
