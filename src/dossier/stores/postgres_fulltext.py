@@ -11,11 +11,12 @@ thousands of rows, at some microseconds each. So, per query:
   lexeme's positions in its ``tsvector`` (an occurrence in a section's title or heading counts twice),
   saturated and normalised by the row's length against the org's average length (estimated from a
   sample); the two stores then rank alike up to their stemmers and tokenisers;
-* document frequencies are counted through the GIN index, except that in an org of more than
-  ``sample`` rows a term found in at least 1% of the first ``sample`` rows gets its frequency estimated
-  from them (counting it exactly would read that many rows); they are kept for ``ttl`` seconds per
-  (org, kind), dropped at once when this process writes to the org: they are corpus statistics, which
-  FTS5 keeps in its index and GIN does not expose;
+* document frequencies (corpus statistics, which FTS5 keeps in its index and GIN does not expose) come
+  from one read of the org's first ``sample`` rows, which counts the rows holding each lexeme: exact
+  when that is the whole org; otherwise a lexeme held by at least ``_MIN_SAMPLED`` sampled rows gets its
+  frequency scaled up from the sample, and a rarer term is counted through the GIN index (a bounded
+  read, since it is rare). They are kept for ``ttl`` seconds per (org, kind) and dropped at once when
+  this process writes to the org;
 * the match is pruned by IDF: the rarest terms, as many as together match at most ``cap`` rows (and at
   least the rarest one that matches at all), select the candidates, at most ``cap`` of them; the other
   terms only add to their scores. Only when fewer than ``limit`` rows match the rare terms are rows
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
@@ -40,32 +43,35 @@ _BM25 = (
     "JOIN unnest(%b::text[], %b::float8[]) WITH ORDINALITY AS k(lexeme, idf, n) ON k.lexeme = u.lexeme "
     "CROSS JOIN unnest(u.weights) w GROUP BY k.n, k.idf) q)"
 )
+_MIN_SAMPLED = 5  # sampled rows holding a lexeme for its document frequency to be estimated from the sample
+_SAMPLES = 256  # (org, kind) samples kept per process
 _TABLES = {"section": ("sections", "document"), "memory": ("memories", "record")}  # content table, parent column
 
 Query = Callable[[str, str, Sequence[Any]], list[tuple]]  # (org, sql, params) -> rows
 
 
 class TextSearch:
-    def __init__(self, query: Query, *, cap: int = 500, ttl: float = 300.0, sample: int = 2_000) -> None:
+    def __init__(self, query: Query, *, cap: int = 500, ttl: float = 300.0, sample: int = 5_000) -> None:
         self._query = query
         self.cap = cap
         self.sample = sample
         self.ttl = ttl
-        self._rows: dict[tuple[str, str], tuple[int, float, float]] = {}  # (org, kind) -> (rows, average length, when)
+        self._samples: OrderedDict[tuple[str, str], _Sample] = OrderedDict()  # (org, kind) -> statistics
         self._lexeme: dict[str, str | None] = {}  # term -> its lexeme (the english configuration does not change)
         self._df: dict[tuple[str, str, str], tuple[int, float]] = {}  # (org, kind, term) -> (df, when counted)
 
     def forget(self, orgs: set[str]) -> None:
         """Drop the statistics of ``orgs`` (this process just wrote to them)."""
-        self._rows = {k: v for k, v in self._rows.items() if k[0] not in orgs}
+        for key in [k for k in self._samples if k[0] in orgs]:
+            del self._samples[key]
         self._df = {k: v for k, v in self._df.items() if k[0] not in orgs}
 
     def search(self, kind: str, found: list[str], *, org: str, limit: int, parents: Sequence[str] | None) -> list[tuple]:
         """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``."""
         table, parent = _TABLES[kind]
-        rows, avg_length, df = self._statistics(org, kind, found)
-        idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
         lexeme = self._lexemes(org, found)
+        rows, avg_length, df = self._statistics(org, kind, found, lexeme)
+        idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
         # terms in half the rows or more have no weight (BM25's IDF floor) and are left out of the score
         scored = [t for t in found if idf[t] > 1e-6 and lexeme[t]] or [t for t in found if lexeme[t]][:1]
         score = _BM25.format(k1=_K1, b=_B)
@@ -123,47 +129,72 @@ class TextSearch:
             self._lexeme.update((term, lex) for term, lex in rows)
         return {t: self._lexeme.get(t) for t in found}
 
-    def _statistics(self, org: str, kind: str, found: list[str]) -> tuple[int, float, dict[str, int]]:
-        """Rows of ``kind`` in the org, their average length in tokens (from a sample of at most ``sample``
-        rows), and each term's document frequency (exact, or estimated if frequent)."""
-        table, _ = _TABLES[kind]
+    def _statistics(self, org: str, kind: str, found: list[str], lexeme: dict[str, str | None]) -> tuple[int, float, dict[str, int]]:
+        """Rows of ``kind`` in the org, their average length in tokens, and each term's document frequency."""
+        stats = self._sample(org, kind)
         now = time.monotonic()
-        cached = self._rows.get((org, kind))
-        if cached is None or now - cached[2] > self.ttl:
-            count, length = self._query(
+        df: dict[str, int] = {}
+        rarer: list[str] = []
+        for term in found:
+            lex = lexeme[term]
+            hits = stats.lexemes.get(lex, 0) if lex is not None else 0
+            if lex is None or stats.complete:
+                df[term] = hits  # a stop word; or the sample is the whole org, so its counts are exact
+            elif hits >= _MIN_SAMPLED:
+                df[term] = round(stats.rows * hits / stats.size)
+            elif now - self._df.get((org, kind, term), (0, -math.inf))[1] <= self.ttl:
+                df[term] = self._df[(org, kind, term)][0]
+            else:
+                rarer.append(term)
+        if rarer:  # rare in the sample, so rare in the org: counted through the GIN index, a bounded read
+            bound = max(self.cap, 4 * _MIN_SAMPLED * stats.rows // max(stats.size, 1))
+            table, _ = _TABLES[kind]
+            counted = self._query(
                 org,
-                f"SELECT (SELECT count(*) FROM {table}_fts WHERE org = %b), (SELECT avg(length) "
-                f"FROM (SELECT length FROM {table}_fts WHERE org = %b LIMIT %b) s)",
-                [org, org, self.sample],
-            )[0]
-            cached = (int(count), float(length or 1.0), now)
-            self._rows[(org, kind)] = cached
-        missing = [t for t in found if now - self._df.get((org, kind, t), (0, -math.inf))[1] > self.ttl]
-        if missing:
-            df: dict[str, int] = {}
-            if cached[0] > self.sample:  # a large org: frequent terms are estimated from a sample of its rows
-                sampled = self._query(
-                    org,
-                    f"WITH sample AS MATERIALIZED (SELECT tsv FROM {table}_fts WHERE org = %b LIMIT %b) "
-                    "SELECT t, (SELECT count(*) FROM sample WHERE tsv @@ phraseto_tsquery('english', t)) "
-                    "FROM unnest(%b::text[]) t",
-                    [org, self.sample, missing],
-                )
-                for term, hits in sampled:
-                    if hits >= 20:  # >= 1% of the rows: an estimate within ~20% is plenty for an IDF
-                        df[term] = int(cached[0] * hits / self.sample)
-            rarer = [t for t in missing if t not in df]
-            if rarer:  # counted exactly through the GIN index (the cap only bounds the cost of a miss)
-                counted = self._query(
-                    org,
-                    f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE org = %b "
-                    "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
-                    [org, max(self.cap, cached[0] // 2), rarer],
-                )
-                df.update((term, int(n)) for term, n in counted)
-            for term, n in df.items():
-                self._df[(org, kind, term)] = (n, now)
-        return max(cached[0], 1), max(cached[1], 1.0), {t: self._df[(org, kind, t)][0] for t in found}
+                f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE org = %b "
+                "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
+                [org, bound, rarer],
+            )
+            for term, n in counted:
+                df[term] = int(n)
+                self._df[(org, kind, term)] = (int(n), now)
+        return max(stats.rows, 1), max(stats.average_length, 1.0), df
+
+    def _sample(self, org: str, kind: str) -> "_Sample":
+        """The org's row count and, from its first ``sample`` rows, their average length and how many of
+        them hold each lexeme; kept for ``ttl`` seconds (and for at most ``_SAMPLES`` orgs and kinds)."""
+        key, now = (org, kind), time.monotonic()
+        cached = self._samples.get(key)
+        if cached is not None and now - cached.when <= self.ttl:
+            self._samples.move_to_end(key)
+            return cached
+        table, _ = _TABLES[kind]
+        rows = self._query(
+            org,
+            f"WITH s AS MATERIALIZED (SELECT tsv, length FROM {table}_fts WHERE org = %b LIMIT %b) "
+            f"SELECT NULL, (SELECT count(*) FROM {table}_fts WHERE org = %b), count(*), avg(length) FROM s "
+            "UNION ALL SELECT u.lexeme, count(*), NULL, NULL FROM s, unnest(s.tsv) u GROUP BY u.lexeme",
+            [org, self.sample, org],
+        )
+        total, size, average = next((r[1], r[2], r[3]) for r in rows if r[0] is None)
+        sample = _Sample(int(total), int(size), float(average or 1.0), {r[0]: int(r[1]) for r in rows if r[0] is not None}, now)
+        self._samples[key] = sample
+        while len(self._samples) > _SAMPLES:
+            self._samples.popitem(last=False)
+        return sample
+
+
+@dataclass(frozen=True)
+class _Sample:
+    rows: int  # of this kind in the org
+    size: int  # rows sampled
+    average_length: float
+    lexemes: dict[str, int]  # lexeme -> sampled rows holding it
+    when: float
+
+    @property
+    def complete(self) -> bool:
+        return self.size >= self.rows
 
 
 def _any(found: Sequence[str]) -> str:
