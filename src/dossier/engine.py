@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .bundle import Bundle, Document
 from .errors import UsageError
@@ -60,6 +61,8 @@ class Engine:
         self.org_settings: dict[str, Settings] = {}
         self._service_store: ServiceStore | None = None
         self._service_lock = threading.Lock()
+        self._background: ThreadPoolExecutor | None = None
+        self._background_lock = threading.Lock()
 
     @property
     def embedder(self) -> Embedder:
@@ -169,8 +172,24 @@ class Engine:
         )
         return self.add_document(document, progress=progress)
 
+    def background(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future | None:
+        """Start a store read on a background thread, or None when the store serves one read at a time.
+
+        A call starts the reads of a later step this way (the section searches, while the record's own
+        sources recall), so that a store with concurrent reads (PostgreSQL: a pool of connections, the
+        server working on the other core) overlaps them with the engine's own work.
+        """
+        if not getattr(self.store, "concurrent_reads", False):
+            return None
+        with self._background_lock:
+            if self._background is None:
+                self._background = ThreadPoolExecutor(2, thread_name_prefix="dossier-prefetch")
+        return self._background.submit(fn, *args, **kwargs)
+
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
+        if self._background is not None:
+            self._background.shutdown(wait=True)
         self._deferred.close()  # deferred syntheses still running finish and are stored first
         if self._service_store is not None:
             self._service_store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -112,6 +113,8 @@ class Call:
     response: RetrieveResponse | None = None
     _query_vector: np.ndarray | None = None
     _masker: Masker | None = None
+    # store reads started in the background before their layer needs them (see Engine.background)
+    prefetched: dict[str, Future] = field(default_factory=dict)
 
     @property
     def store(self) -> Store:
@@ -176,6 +179,11 @@ class Call:
         if not keep_items:
             result.status = "error"
         self.degraded = True
+
+    def take(self, key: str, compute: Callable[[], Any]) -> Any:
+        """The result of the read prefetched under ``key`` (its exception, if it failed), else ``compute()``."""
+        future = self.prefetched.pop(key, None)
+        return compute() if future is None else future.result()
 
     def guarded(self, source: SourceName, step: Callable[[], Any], *, what: str) -> Any:
         """Run ``step``; on failure record the error against ``source`` and return None."""

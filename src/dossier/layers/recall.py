@@ -11,6 +11,30 @@ from .context import Call
 
 def recall(call: Call) -> None:
     assert call.plan is not None
+    _prefetch(call)
+    try:
+        _recall(call)
+    finally:
+        for future in call.prefetched.values():  # a source that did not take its prefetched read
+            future.cancel()
+        call.prefetched.clear()
+
+
+def _prefetch(call: Call) -> None:
+    """Let planned sources start their store reads in the background (a failure here is not reported:
+    the source then reads in the foreground, where a failure is)."""
+    assert call.plan is not None
+    for source in call.engine.sources:
+        start = getattr(source, "prefetch", None)
+        if start is not None and call.plan.sources.get(source.name):  # type: ignore[call-overload]
+            try:
+                start(call)
+            except Exception:  # noqa: BLE001, S110 - the foreground read reports it
+                pass
+
+
+def _recall(call: Call) -> None:
+    assert call.plan is not None
     for source in call.engine.sources:
         # Engine.sources is a tuple of concrete classes whose ``name`` class attributes are inferred as plain
         # ``str``; each is one of the SourceName literals (the Source protocol says so).

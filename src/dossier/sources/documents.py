@@ -47,19 +47,42 @@ class DocumentsSource:
             raise Skipped("no question")
         return self._search(call)
 
+    def prefetch(self, call) -> None:  # type: ignore[no-untyped-def]
+        """Start this call's section searches in the background (when the store reads concurrently), so
+        that they run while the record's own sources recall; :meth:`_search` then takes their results."""
+        if call.plan.mode == "fetch" or not call.message:
+            return
+        query, limit = self._query_and_limit(call)
+        vector = call.engine.embed_query(query)
+        started = call.engine.background(call.store.search_vectors, "section", vector, org=call.org, limit=limit)
+        if started is None:
+            return
+        call.prefetched["documents.vector"] = started
+        if call.plan.effective_depth != "fast":
+            call.prefetched["documents.text"] = call.engine.background(self._text_search, call, query, limit)
+
+    @staticmethod
+    def _query_and_limit(call) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+        query = call.understanding.document_query or call.message
+        return query, call.settings.document_candidates * (3 if call.understanding.filters else 1)
+
     # -- search ------------------------------------------------------------------------------------
     def _search(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
-        settings, route = call.settings, call.route["documents"]
-        query = call.understanding.document_query or call.message
+        route = call.route["documents"]
+        query, limit = self._query_and_limit(call)
         filters = call.understanding.filters
-        limit = settings.document_candidates * (3 if filters else 1)
         vector = call.engine.embed_query(query)
         vector_hits = call.guarded(
-            "documents", lambda: call.store.search_vectors("section", vector, org=call.org, limit=limit), what="vector search"
+            "documents",
+            lambda: call.take("documents.vector", lambda: call.store.search_vectors("section", vector, org=call.org, limit=limit)),
+            what="vector search",
         )
         text_hits: list[Hit] | None = []
         if call.plan.effective_depth != "fast":
-            text_hits = call.guarded("documents", lambda: self._text_search(call, query, limit), what="full-text search")
+            text_hits = call.guarded(
+                "documents", lambda: call.take("documents.text", lambda: self._text_search(call, query, limit)),
+                what="full-text search",
+            )  # fmt: skip
         if vector_hits is None and text_hits is None:
             raise RuntimeError("vector and full-text search both failed")
         if vector_hits is None:

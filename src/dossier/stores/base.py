@@ -94,6 +94,9 @@ class Store(Protocol):
     """What every storage backend provides. All reads take ``org``; none can be called without it."""
 
     url: str
+    #: True when reads from several threads run at once; the engine then starts a call's section
+    #: searches in the background while the record's own sources recall (``Engine.background``)
+    concurrent_reads: bool
 
     def close(self) -> None:
         """Release connections and caches."""

@@ -71,6 +71,9 @@ class _Connection(psycopg.Connection):
 class PostgresStore:
     """A :class:`~dossier.stores.base.Store` in one PostgreSQL database (pgvector >= 0.5 installed)."""
 
+    #: reads from several threads run at once (one pooled connection each): the engine prefetches
+    concurrent_reads = True
+
     def __init__(
         self,
         url: str,

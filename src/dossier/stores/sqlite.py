@@ -29,6 +29,9 @@ _TABLES: dict[str, str] = {
 class SQLiteStore:
     """A :class:`~dossier.stores.base.Store` in one SQLite file."""
 
+    #: one connection, one read at a time (behind a lock): the engine does not prefetch
+    concurrent_reads = False
+
     def __init__(self, path: str | Path, *, hnsw_min_rows: int = 200_000, vector_cache_bytes: int = 256 << 20) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
