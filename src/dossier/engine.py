@@ -183,7 +183,7 @@ class Engine:
             return None
         with self._background_lock:
             if self._background is None:
-                self._background = ThreadPoolExecutor(2, thread_name_prefix="dossier-prefetch")
+                self._background = ThreadPoolExecutor(3, thread_name_prefix="dossier-prefetch")
         return self._background.submit(fn, *args, **kwargs)
 
     # -- lifecycle ---------------------------------------------------------------------------------

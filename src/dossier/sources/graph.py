@@ -11,18 +11,32 @@ from . import Skipped
 class GraphSource:
     name = "graph"
 
+    def prefetch(self, call) -> None:  # type: ignore[no-untyped-def]
+        """Start the walk in the background (when the store reads concurrently); :meth:`recall` takes it."""
+        res = call.resolution
+        if res.tombstone or res.record is None:
+            return
+        started = call.engine.background(self._walk, call)
+        if started is not None:
+            call.prefetched["graph.walk"] = started
+
     def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
-        res, settings = call.resolution, call.settings
+        res = call.resolution
         if res.tombstone:
             raise Skipped("record is pending deletion")
         if res.record is None:
             raise Skipped("no record" if call.request.record is None else "record not found")
-        hops = call.store.edges_around(
-            [res.record.id, *res.merged_from], org=call.org, max_hops=settings.graph_max_hops,
-            limit=settings.graph_max_edges, include_stubs=settings.include_stub_edges,
-        )  # fmt: skip
+        hops = call.take("graph.walk", lambda: self._walk(call))
         return [
             EdgeItem(id=h.edge.id, src=h.edge.src, dst=h.edge.dst, type=h.edge.type, confidence=h.edge.confidence,
                      weight=h.edge.weight, hops=h.hops)  # fmt: skip
             for h in hops
         ]
+
+    @staticmethod
+    def _walk(call) -> list[Any]:  # type: ignore[no-untyped-def]
+        res, settings = call.resolution, call.settings
+        return call.store.edges_around(  # type: ignore[no-any-return]
+            [res.record.id, *res.merged_from], org=call.org, max_hops=settings.graph_max_hops,
+            limit=settings.graph_max_edges, include_stubs=settings.include_stub_edges,
+        )  # fmt: skip

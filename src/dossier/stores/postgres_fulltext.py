@@ -108,17 +108,17 @@ class TextSearch:
                 [*fts_params, *scope_params, *match_params, cap, *ranked, shortlist],
             )
 
-        rows, params = candidates(f"tsv @@ ({_any(rare)})", rare, rare)
+        shortlisted, params = candidates(f"tsv @@ ({_any(rare)})", rare, rare)
         out = self._query(
             org,
-            f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM {rows} s ORDER BY score DESC, id LIMIT %b) r {visible}",
+            f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM {shortlisted} s ORDER BY score DESC, id LIMIT %b) r {visible}",
             [*weighted, *params, int(limit), org],
         )
         if common and len(out) < limit:
-            rows, params = candidates(f"tsv @@ ({_any(common)}) AND NOT tsv @@ ({_any(rare)})", [*common, *rare], common)
+            shortlisted, params = candidates(f"tsv @@ ({_any(common)}) AND NOT tsv @@ ({_any(rare)})", [*common, *rare], common)
             out += self._query(
                 org,
-                f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM {rows} s ORDER BY score DESC, id LIMIT %b) r {visible}",
+                f"SELECT * FROM (SELECT id, {parent}, {score} AS score FROM {shortlisted} s ORDER BY score DESC, id LIMIT %b) r {visible}",
                 [*weighted, *params, int(limit) - len(out), org],
             )
             out.sort(key=lambda row: (-row[2], row[0]))

@@ -1,0 +1,69 @@
+"""Prefetching: on a store that reads concurrently, a call starts its section searches and its graph walk
+on background threads while the record's own sources recall. The response must not depend on it, and a
+failure in a background read is reported exactly as in the foreground."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dossier
+from tests.retrieve.faults import FaultyStore, kind_is
+
+QUESTIONS = Path(__file__).resolve().parents[2] / "examples" / "eval" / "sample-questions.json"
+
+
+def _requests() -> list[dict[str, Any]]:
+    questions = json.loads(QUESTIONS.read_text(encoding="utf-8"))["questions"]
+    return [q for q in questions if q.get("record") and q.get("message")][:25]
+
+
+def _answers(engine: dossier.Engine) -> list[str]:
+    out = []
+    for q in _requests():
+        response = engine.retrieve({"record": q["record"], "message": q["message"]}, org=q["org"], caller=q["caller"])
+        out.append(response.model_dump_json(exclude={"call_id"}))
+    return out
+
+
+def test_prefetched_and_sequential_calls_answer_the_same(fresh_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = fresh_engine.store
+    threads: set[str] = set()
+    search = store.search_vectors
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        threads.add(threading.current_thread().name)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(store, "search_vectors", watched)
+    concurrent = _answers(fresh_engine)
+    background = {name for name in threads if name.startswith("dossier-prefetch")}
+    assert bool(background) == store.concurrent_reads  # PostgreSQL prefetches; SQLite reads in the foreground
+    monkeypatch.setattr(store, "concurrent_reads", False, raising=False)
+    threads.clear()
+    assert _answers(fresh_engine) == concurrent
+    assert not {name for name in threads if name.startswith("dossier-prefetch")}
+
+
+@pytest.mark.parametrize(
+    "fault, source, reported",
+    [
+        ({"search_text": kind_is("section")}, "documents", "full-text search failed"),
+        ({"search_vectors": kind_is("section", parents=False)}, "documents", "vector search failed"),
+        ({"edges_around": lambda *a, **k: True}, "graph", "InjectedFault"),
+    ],
+)
+def test_a_failing_background_read_is_reported_like_a_foreground_one(
+    fresh_engine: dossier.Engine, fault: dict, source: str, reported: str
+) -> None:
+    fresh_engine.store = FaultyStore(fresh_engine.store, fault)  # type: ignore[assignment]
+    response = fresh_engine.retrieve(
+        {"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "What discount rules apply to a three-year prepay?"},
+        org="northwind", caller="ana",
+    )  # fmt: skip
+    assert reported in (response.sources[source].error or "")
+    assert response.partial
