@@ -23,7 +23,8 @@ What it does, per level (memories; sections are a tenth of them, capped at 100,0
    building the HNSW indexes; SQLite builds its in-memory HNSW index (usearch) on the first search,
    reported as ``first_search_s``.
 3. Times ``brief`` calls (a contact's email, a question from corpus.question; query embedding
-   included; each question distinct, so the query cache never hits): p50 and p95 over ``--calls``,
+   included; each question distinct, so the query cache never hits): p50 and p95 over ``--calls``
+   after ``--warmup`` calls that are not counted (the server's buffers and the store's caches fill),
    with the time spent in the store's vector and full-text searches.
 4. Measures recall@10 of the vector step (``search_vectors`` without parents, memories and sections)
    against exact search (numpy over every vector of that kind), over ``--queries`` questions. A hit
@@ -274,10 +275,10 @@ class StepTimer:
             setattr(store, name, wrapped)
 
 
-def brief_latency(engine: Engine, emails: list[str], calls: int, seed: int = 5) -> dict[str, Any]:
+def brief_latency(engine: Engine, emails: list[str], calls: int, warmup: int, seed: int = 5) -> dict[str, Any]:
     rng = random.Random(seed)
     questions: dict[str, None] = {}
-    while len(questions) < calls + 20:
+    while len(questions) < calls + warmup:
         questions.setdefault(corpus.question(rng), None)
     timer = StepTimer(engine.store)
     totals, steps = [], defaultdict(list)
@@ -293,7 +294,7 @@ def brief_latency(engine: Engine, emails: list[str], calls: int, seed: int = 5) 
         for name, source in response.sources.items():
             if source.error:
                 errors[f"{name}: {source.error}"] += 1
-        if n >= 20:  # warm-up calls are not counted
+        if n >= warmup:  # warm-up calls are not counted
             totals.append(elapsed)
             for name in ("search_vectors", "search_text", "recent_memories", "edges_around"):
                 steps[name].append(timer.spent.get(name, 0.0))
@@ -384,7 +385,7 @@ def run_level(kind: str, level: int, args: argparse.Namespace, model: OnnxMiniLM
     if kind == "postgres":
         result["hnsw"] = {"m": store.hnsw_m, "ef_construction": store.hnsw_ef_construction, "ef_search": store.ef_search,
                           "exact_below": store.exact_below}  # fmt: skip
-    result["brief"] = brief_latency(engine, emails, args.calls)
+    result["brief"] = brief_latency(engine, emails, args.calls, args.warmup)
     print(f"[{kind} {level:,}] brief {result['brief']}", flush=True)
     result["vector_recall"] = vector_recall(engine, embedder, rows, args.queries)
     print(f"[{kind} {level:,}] recall {result['vector_recall']}", flush=True)
@@ -398,6 +399,7 @@ def main() -> None:
     parser.add_argument("--levels", default="100000,1000000", help="memory counts, comma-separated")
     parser.add_argument("--stores", default="postgres,sqlite")
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=100, help="calls before the timed ones (caches, buffers), not counted")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--pg-url", default=os.environ.get("DOSSIER_BENCH_PG_URL"),
                         help="admin URL of a PostgreSQL server with pgvector (default: a pgserver under --workdir)")  # fmt: skip

@@ -17,6 +17,7 @@ This module is ``dossier.http``; absolute imports (the Python 3 default) still r
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import re
@@ -79,6 +80,10 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(service.engine.embed_query, "warm up")  # load the model before the first call
+        # What is alive now (the model, the app, the imported modules) lives as long as the worker: moved
+        # out of the collector's sight, full collections no longer rescan it in the middle of a call.
+        gc.collect()
+        gc.freeze()
         if mcp_server is None:
             yield
             return
