@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-@dataclass
 #: HNSW search breadth: at 1M memories (bench/scale.py) 64 gave recall@10 0.963 against exact search (a
 #: text repeated a dozen times makes a cluster of identical vectors the search can miss); PostgreSQL's
 #: store uses 200 for the same reason (docs/scaling.md)
 EF_SEARCH = 200
 
 
+@dataclass
 class VectorIndex:
     keys: np.ndarray  # object array of str
     parents: np.ndarray  # object array of str
