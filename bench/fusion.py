@@ -49,22 +49,18 @@ class Captured:
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
         self.statements: list[tuple[str, list, int | None]] = []
-        self._vectors, self._text = store._query, store._text._query
+        self._query = store._query  # the full-text search runs its statements through it too
 
     def __enter__(self) -> "Captured":
-        def vectors(org: str, query: Any, params: Any = (), *, ef_search: int | None = None) -> list[tuple]:
-            self.statements.append((str(query), list(params), ef_search))
-            return self._vectors(org, query, params, ef_search=ef_search)
+        def query(org: str, sql: Any, params: Any = (), *, ef_search: int | None = None) -> list[tuple]:
+            self.statements.append((str(sql), list(params), ef_search))
+            return self._query(org, sql, params, ef_search=ef_search)
 
-        def text(org: str, query: str, params: Any) -> list[tuple]:
-            self.statements.append((query, list(params), None))
-            return self._text(org, query, params)
-
-        self.store._query, self.store._text._query = vectors, text  # type: ignore[method-assign]
+        self.store._query = query  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.store._query, self.store._text._query = self._vectors, self._text  # type: ignore[method-assign]
+        del self.store._query  # back to the class's method
 
 
 def python_fusion(store: PostgresStore, kind: str, vector: Any, question: str, org: str, parents: list[str] | None) -> list[str]:
