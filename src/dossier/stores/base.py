@@ -18,7 +18,7 @@ higher is better (cosine similarity for vectors, negated BM25 for full text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Callable, Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -43,6 +43,44 @@ class Hit:
 class EdgeHop:
     edge: Edge
     hops: int
+
+
+#: A store's read of one hop: the walkable edges touching ``frontier``, best first (confidence, weight
+#: descending, then id), at most ``fetch`` of them, and whether that is all of them.
+HopReader = Callable[[list[str], int], tuple[list[Edge], bool]]
+
+
+def walk_edges(record_ids: Sequence[str], *, max_hops: int, limit: int, read_hop: HopReader) -> list[EdgeHop]:
+    """Breadth first, hop by hop, as every store walks: an edge is reached at the first hop that touches
+    one of its ends, and every edge of hop h ranks before those of hop h + 1. A hop reads at most
+    ``limit`` + the edges already seen: when that read is cut short, ``limit`` new edges of this hop are in
+    hand, later hops cannot place, and the walk ends (a hub record with thousands of edges costs one
+    bounded read, not a walk through all of its neighbours)."""
+    if not record_ids or max_hops < 1 or limit <= 0:
+        return []
+    seen: dict[str, EdgeHop] = {}
+    visited = set(record_ids)
+    frontier = sorted(visited)
+    for hop in range(1, max_hops + 1):
+        if not frontier or len(seen) >= limit:
+            break
+        edges, complete = read_hop(frontier, limit + len(seen))
+        room = limit - len(seen)
+        next_frontier: set[str] = set()
+        for edge in edges:
+            if edge.id in seen:
+                continue
+            if not complete and room <= 0:
+                break
+            seen[edge.id] = EdgeHop(edge, hop)
+            room -= 1
+            next_frontier.update(end for end in (edge.src, edge.dst) if end not in visited)
+        if not complete:
+            break
+        visited |= next_frontier
+        frontier = sorted(next_frontier)
+    ordered = sorted(seen.values(), key=lambda h: (h.hops, -h.edge.confidence, -h.edge.weight, h.edge.id))
+    return ordered[:limit]
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, normalize
-from .base import VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org
+from .base import VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, walk_edges
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, partition_ddl
@@ -512,13 +512,8 @@ class PostgresStore:
         include_stubs: bool = False,
     ) -> list[EdgeHop]:
         require_org(org, "edges_around")
-        if not record_ids or max_hops < 1 or limit <= 0:
-            return []
-        # Breadth first, hop by hop (as the SQLite store walks): an edge can be walked when it joins two
-        # live records (and is active and not to a stub, unless asked); it is reached at the first hop that
-        # touches one of its ends. A hop reads its edges best first from the covering (org, src) and
-        # (org, dst) indexes, and checks the liveness of the ends of only as many as it needs: once
-        # ``limit`` new edges are in hand, later hops (which sort after them) cannot place.
+        # A hop reads its edges best first from the covering (org, src) and (org, dst) indexes, and checks
+        # the liveness of the ends of only as many as it needs (reading more when dead ends cut it short).
         columns = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
         flags = ("" if include_inactive else " AND active") + ("" if include_stubs else " AND NOT dst_is_stub")
         touching = (
@@ -526,37 +521,22 @@ class PostgresStore:
             f"UNION SELECT {columns} FROM edges WHERE org = %b AND dst = ANY(%b::text[]){flags}) e "
             "ORDER BY confidence DESC, weight DESC, id LIMIT %b"
         )
-        seen: dict[str, EdgeHop] = {}
-        visited = set(record_ids)
-        frontier = sorted(visited)
-        for hop in range(1, max_hops + 1):
-            if not frontier or len(seen) >= limit:
-                break
-            room = limit + len(seen)  # enough to hold ``limit`` edges not seen at an earlier hop
-            fetch = 2 * room
+
+        def read_hop(frontier: list[str], fetch: int) -> tuple[list[Edge], bool]:
+            read = 2 * fetch
             while True:
-                rows = self._query(org, touching, [org, frontier, org, frontier, fetch])
+                rows = self._query(org, touching, [org, frontier, org, frontier, read])
                 ends = sorted({end for row in rows for end in (row[2], row[3])})
                 live = {r[0] for r in self._query(
                     org, "SELECT id FROM records WHERE org = %b AND id = ANY(%b::text[]) AND NOT pending_deletion", [org, ends]
                 )} if ends else set()  # fmt: skip
-                walkable = [row for row in rows if row[2] in live and row[3] in live]
-                complete = len(rows) < fetch  # every edge of this hop was read
-                if complete or len(walkable) >= room:
-                    break
-                fetch *= 4
-            next_frontier: set[str] = set()
-            for row in walkable[:room] if not complete else walkable:
-                edge = _edge(row)
-                if edge.id not in seen:
-                    seen[edge.id] = EdgeHop(edge, hop)
-                    next_frontier.update(end for end in (edge.src, edge.dst) if end not in visited)
-            if not complete:  # ``limit`` new edges in hand: the walk is over
-                break
-            visited |= next_frontier
-            frontier = sorted(next_frontier)
-        ordered = sorted(seen.values(), key=lambda h: (h.hops, -h.edge.confidence, -h.edge.weight, h.edge.id))
-        return ordered[:limit]
+                walkable = [_edge(row) for row in rows if row[2] in live and row[3] in live]
+                complete = len(rows) < read  # every edge of this hop was read
+                if complete or len(walkable) >= fetch:
+                    return (walkable if complete else walkable[:fetch]), complete
+                read *= 4
+
+        return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop)
 
     def counts(self, *, org: str) -> dict[str, int]:
         require_org(org, "counts")

@@ -165,6 +165,8 @@ class TextSearch:
                 "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
                 [org, bound, rarer],
             )
+            if len(self._df) > 100_000:  # bounded, as the lexeme cache is
+                self._df.clear()
             for term, n in counted:
                 df[term] = int(n)
                 self._df[(org, kind, term)] = (int(n), now)

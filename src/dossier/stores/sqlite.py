@@ -15,7 +15,7 @@ import numpy as np
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
-from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org
+from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
 from .fulltext import fts5_query
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 from .vector_index import VectorIndex, exact_search_blocks
@@ -493,21 +493,9 @@ class SQLiteStore:
         include_stubs: bool = False,
     ) -> list[EdgeHop]:
         require_org(org, "edges_around")
-        if not record_ids or max_hops < 1 or limit <= 0:
-            return []
-        # Breadth first, hop by hop: an edge is reached at the first hop that touches one of its ends, and
-        # every edge of hop h ranks before those of hop h + 1. A hop reads its edges best first, at most
-        # ``limit`` + those already seen per chunk of the frontier: when a read is cut short, ``limit`` new
-        # edges of this hop are in hand, later hops cannot place, and the walk ends (a hub record with
-        # thousands of edges costs a bounded read, not a walk through all of its neighbours).
-        seen: dict[str, EdgeHop] = {}
-        visited = set(record_ids)
-        frontier = list(record_ids)
         flags = ("" if include_inactive else " AND e.active = 1") + ("" if include_stubs else " AND e.dst_is_stub = 0")
-        for hop in range(1, max_hops + 1):
-            if not frontier or len(seen) >= limit:
-                break
-            fetch = limit + len(seen)
+
+        def read_hop(frontier: list[str], fetch: int) -> tuple[list[Edge], bool]:
             rows: list[tuple] = []
             complete = True
             for chunk in _chunks(frontier):
@@ -525,26 +513,10 @@ class SQLiteStore:
                 )
                 complete = complete and len(got) < fetch
                 rows.extend(got)
-            rows.sort(key=lambda r: (-r[6], -r[7], r[1]))
-            room = limit - len(seen)
-            next_frontier: list[str] = []
-            for row in rows:
-                if row[1] in seen:
-                    continue
-                if not complete and room <= 0:
-                    break
-                edge = _edge(row)
-                seen[edge.id] = EdgeHop(edge, hop)
-                room -= 1
-                for end in (edge.src, edge.dst):
-                    if end not in visited:
-                        visited.add(end)
-                        next_frontier.append(end)
-            if not complete:
-                break
-            frontier = next_frontier
-        ordered = sorted(seen.values(), key=lambda h: (h.hops, -h.edge.confidence, -h.edge.weight, h.edge.id))
-        return ordered[:limit]
+            rows.sort(key=lambda r: (-r[6], -r[7], r[1]))  # chunks merged, best first
+            return [_edge(row) for row in rows], complete
+
+        return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop)
 
     def counts(self, *, org: str) -> dict[str, int]:
         require_org(org, "counts")
