@@ -121,11 +121,13 @@ class Engine:
 
     # -- retrieving --------------------------------------------------------------------------------
     def retrieve(
-        self, request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None
+        self, request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None,
+        full_trace: bool = False,
     ) -> RetrieveResponse:
         """One call about one record: the layers of DESIGN.md section 2 in order (see dossier.retrieve).
-        ``call_id`` names the call in advance (the service charges and audits it under that id)."""
-        return retrieve(self, request, org=org, caller=caller, call_id=call_id)
+        ``call_id`` names the call in advance (the service charges and audits it under that id).
+        ``full_trace`` (in-process only, for evaluation) keeps in the trace what the caller may not see."""
+        return retrieve(self, request, org=org, caller=caller, call_id=call_id, full_trace=full_trace)
 
     def result(self, call_id: str, *, org: str, caller: str, wait: float = 0.0) -> Synthesis:
         """The synthesis of an earlier ``deferred`` call (``pending`` while it runs; waits up to ``wait``

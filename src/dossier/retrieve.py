@@ -48,15 +48,19 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
 
 
 def retrieve(
-    engine: "Engine", request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None
+    engine: "Engine", request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None,
+    full_trace: bool = False,
 ) -> RetrieveResponse:
+    """``full_trace`` is for in-process operators' tools only (``dossier eval``): with ``trace: true`` the
+    trace then also names the items this caller may not see. It is no field of the request, so no front
+    end (HTTP, MCP, CLI retrieve) can ask for it."""
     parsed = parse_request(request)
     if not org or engine.store.get_org(org=org) is None:
         raise NotFound(f"unknown org {org!r}")
     who = engine.store.get_caller(caller, org=org)
     if who is None:
         raise NotFound(f"unknown caller {caller!r} in org {org!r}")
-    call = Call(engine=engine, request=parsed, org=org, caller=who, settings=engine.settings_for(org))
+    call = Call(engine=engine, request=parsed, org=org, caller=who, settings=engine.settings_for(org), full_trace=full_trace)
     if call_id:  # the service names the call before it runs: it is charged up front under that id
         call.call_id = call_id
     with metered(call.meter):  # every model request of this call is counted on it

@@ -212,7 +212,7 @@ class Synthesis(BaseModel):
 
 
 class TraceEntry(BaseModel):
-    """One layer's decision about one candidate item."""
+    """One layer's decision about one candidate item the caller may see (``docs/retrieve.md``, Trace)."""
 
     source: SourceName
     id: str
@@ -233,6 +233,10 @@ class RetrieveResponse(BaseModel):
     synthesis: Synthesis | None = None
     continuation: str | None = None
     trace: list[TraceEntry] | None = None
+    withheld: dict[str, dict[str, int]] | None = Field(
+        default=None,
+        description="with trace: items the caller may not see, dropped per layer and reason, as counts only",
+    )
 
     def items(self, source: SourceName) -> list[Any]:
         return list(self.sources[source].items)

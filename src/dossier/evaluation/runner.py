@@ -65,7 +65,8 @@ def ask(engine: Engine, question: Question, defaults: dict[str, Any]) -> Any:
     request = {**defaults, **question.request, "message": question.message, "trace": True}
     if question.record is not None:
         request["record"] = question.record
-    return engine.retrieve(request, org=question.org, caller=question.caller)
+    # the operator's full evidence: the trace also names what the caller may not see (govern: not_visible)
+    return engine.retrieve(request, org=question.org, caller=question.caller, full_trace=True)
 
 
 def run(engine: Engine, dataset: Dataset, *, request: dict[str, Any] | None = None,

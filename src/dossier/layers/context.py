@@ -105,7 +105,9 @@ class Call:
     route: dict[str, Route] = field(default_factory=dict)
     sections: list[SectionCandidate] = field(default_factory=list)
     documents: dict[str, Document] = field(default_factory=dict)
-    trace: list[TraceEntry] = field(default_factory=list)
+    trace: list[TraceEntry] = field(default_factory=list)  # every decision; report shows the caller only its own
+    full_trace: bool = False  # in-process only (dossier eval): the trace keeps what the caller may not see
+    cleared: set[tuple[str, str]] = field(default_factory=set)  # (source, item id) governance let through
     shares: dict[str, int] = field(default_factory=dict)
     degraded: bool = False
     synthesis: Synthesis | None = None
@@ -167,6 +169,9 @@ class Call:
 
     def note(self, source: SourceName, item_id: str, layer: str, decision: str, reason: str | None = None,
              score: float | None = None) -> None:  # fmt: skip
+        """Record one layer's decision about one item. Any layer may note any candidate, seen or not:
+        the response shows the caller only decisions about items governance cleared for it, and merely
+        counts the rest (``layers/report.py``)."""
         self.trace.append(
             TraceEntry(source=source, id=item_id, layer=layer, decision=decision, reason=reason, score=score)  # type: ignore[arg-type]
         )

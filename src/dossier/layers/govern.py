@@ -3,12 +3,15 @@
 Runs after recall and before section selection, so that nothing the caller cannot see is ever
 selected, packed, or handed to a model. Every store read is already scoped to the org; this layer is
 the second line: it re-reads each candidate's owner and drops it when the check cannot decide.
+
+What is left when it is done is what the caller may see (``Call.cleared``): the trace the caller
+gets names those items only (``layers/report.py``), whatever layer noted what.
 """
 
 from __future__ import annotations
 
 from ..bundle import Document
-from ..schema import SourceName, item_key
+from ..schema import SOURCE_NAMES, SourceName, item_key
 from .context import Call
 
 
@@ -33,6 +36,18 @@ def govern(call: Call) -> None:
     _govern_memories(call)
     _govern_records(call, "properties", lambda item: [item.record_id])
     _govern_records(call, "graph", lambda item: [item.src, item.dst])
+    call.cleared = cleared(call)
+
+
+def cleared(call: Call) -> set[tuple[str, str]]:
+    """(source, item id) of everything governance let through: the candidates left, and every section
+    of a document this caller may see (a later layer may pick a sibling section that was no candidate).
+    External items are the registered adapters' answers to this caller, with nothing to re-check."""
+    out = {("documents", s.id) for d in call.documents.values() for s in d.sections}
+    out.update(("documents", c.section_id) for c in call.sections)
+    for source in SOURCE_NAMES:  # an expand page's sections were re-governed by the session (session.py)
+        out.update((source, item_key(item)) for item in call.candidates[source])
+    return out
 
 
 def _govern_documents(call: Call) -> None:

@@ -1,8 +1,17 @@
-"""Layer 9, report: statuses, ``partial``, routes, budget use and the trace, as one response."""
+"""Layer 9, report: statuses, ``partial``, routes, budget use and the trace, as one response.
+
+The trace is filtered here, in one place: layers note every candidate they touch (recall notes items
+before governance has judged them), and the caller sees the decisions about items governance cleared
+for it (``Call.cleared``) or that were returned to it. Every other item is counted per layer and
+reason in ``withheld``, with no id, score or title, so an item that exists but may not be seen reads
+like one that does not exist.
+"""
 
 from __future__ import annotations
 
-from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Route, Synthesis
+import re
+
+from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Route, Synthesis, TraceEntry, item_key
 from .context import Call
 from .session import keep
 
@@ -28,6 +37,7 @@ def report(call: Call) -> None:
     if call.meter.calls or llm is not None:  # what the model steps of this call cost, per step
         call.route["model"] = Route(ran=bool(call.meter.calls), backend=getattr(llm, "name", None), detail=call.meter.summary())
     continuation = keep(call)  # layer 10: what did not fit waits in a session (layers/session.py)
+    trace, withheld = caller_trace(call)
     call.response = RetrieveResponse(
         call_id=call.call_id,
         mode=call.plan.mode,
@@ -43,5 +53,33 @@ def report(call: Call) -> None:
         ),
         synthesis=synthesis,
         continuation=continuation,
-        trace=call.trace if call.request.trace else None,
+        trace=trace,
+        withheld=withheld,
     )
+
+
+_WORD = re.compile(r"[a-z_]+")
+
+
+def caller_trace(call: Call) -> tuple[list[TraceEntry] | None, dict[str, dict[str, int]] | None]:
+    """The trace this caller may read, and the counts of what it may not (None, None without ``trace``).
+
+    ``Call.full_trace`` (in-process only, for ``dossier eval``) returns every decision unfiltered."""
+    if not call.request.trace:
+        return None, None
+    if call.full_trace:
+        return list(call.trace), None
+    seen = set(call.cleared)
+    seen.update((source, item_key(item)) for source in SOURCE_NAMES for item in call.results[source].items)
+    shown: list[TraceEntry] = []
+    withheld: dict[str, dict[str, int]] = {}
+    for entry in call.trace:
+        if (entry.source, entry.id) in seen:
+            shown.append(entry)
+        elif entry.decision == "dropped":  # its "kept" entries say nothing its drop does not
+            layer = entry.layer if _WORD.fullmatch(entry.layer) else "other"
+            reason = (entry.reason or "dropped").split(":", 1)[0]  # "replaced_by_sibling:<id>" names an id
+            reason = reason if _WORD.fullmatch(reason) else "other"
+            counts = withheld.setdefault(layer, {})
+            counts[reason] = counts.get(reason, 0) + 1
+    return shown, withheld

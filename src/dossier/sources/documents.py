@@ -14,6 +14,7 @@ from ..schema import Filters
 from ..stores.base import Hit
 from ..stores.fulltext import codes
 from ..layers.context import SectionCandidate
+from ..layers.govern import document_verdict
 from . import Skipped
 
 
@@ -167,7 +168,8 @@ class DocumentsSource:
     # -- fetch and filter modes ----------------------------------------------------------------------
     def _fetch(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
         ids = list(dict.fromkeys(call.request.fetch or []))
-        documents = call.store.get_documents(ids, org=call.org)
+        # one this caller may not see reads exactly like one that does not exist: not found, nothing ranked
+        documents = [d for d in call.store.get_documents(ids, org=call.org) if document_verdict(call, d) is None]
         found = {d.id for d in documents}
         missing = [i for i in ids if i not in found]
         if missing:
