@@ -1,19 +1,106 @@
 """The data model of a bundle (DESIGN.md section 3), as pydantic models.
 
-Unknown fields, top-level or per item, are ignored so that bundles exported from other systems load.
-Cross-item references are checked by :func:`dossier.loading.check_references`, not here.
+Unknown fields, top-level or per item, are ignored so that bundles exported from other systems load
+(:func:`dossier.loading.read_bundle` lists them in the load report). Cross-item references are checked
+by :func:`dossier.loading.check_references`, not here.
+
+Input is taken as it is written, never coerced: a boolean is ``true`` or ``false`` (not ``"yes"``), a
+number is a JSON number (not ``"0.5"``). Every identifier and text has a length limit (the ``*_MAX``
+constants below, documented in docs/bundles.md).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Literal
+import math
+from datetime import date, datetime, timezone
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, field_validator
 
-from .identifiers import normalize
+from .identifiers import clip, normalize
 
-PropertyValue = str | int | float | bool | None
+#: Ids of orgs, callers, records, memories, documents, sections and edges, and references to them.
+ID_MAX = 200
+#: Short labels: org names, roles, tags, document types, edge types, property names.
+LABEL_MAX = 200
+#: A document's title and a section's heading.
+TITLE_MAX = 1_000
+#: One string property value (or one element of a list value); a list value's elements.
+PROPERTY_TEXT_MAX = 10_000
+PROPERTY_LIST_MAX = 1_000
+#: Properties of one record; roles of a caller, tags and roles of a document.
+PROPERTIES_MAX = 1_000
+LABELS_MAX = 100
+#: A memory's text and a section's text.
+MEMORY_TEXT_MAX = 100_000
+SECTION_TEXT_MAX = 1_000_000
+
+#: One scalar property value; a date is an ISO string (``"2026-03-01"``).
+Scalar = Union[str, int, float, bool, None]
+ACCEPTED_VALUES = "a string, number, boolean or null, or a list of those (dates as ISO strings)"
+_INT_LIMIT = 2**63  # integers beyond 64 bits do not survive every JSON reader
+
+
+def _kind_of(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _scalar(value: object, *, in_list: bool = False) -> Scalar:
+    if isinstance(value, (datetime, date)):  # from Python callers; stored as the ISO string
+        return value.isoformat()
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if len(value) > PROPERTY_TEXT_MAX:
+            raise ValueError(f"a string of {len(value):,} characters; at most {PROPERTY_TEXT_MAX:,}")
+        return value
+    if isinstance(value, int):
+        if not -_INT_LIMIT <= value < _INT_LIMIT:
+            raise ValueError("an integer beyond 64 bits; send it as a string")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a number that JSON can hold")
+        return value
+    where = "a list holding " if in_list else ""
+    raise ValueError(f"got {where}{_kind_of(value)}; a property value is {ACCEPTED_VALUES}")
+
+
+def property_value(value: object) -> object:
+    """One property value as stored: a scalar, or a list of scalars (tuples become lists)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) > PROPERTY_LIST_MAX:
+            raise ValueError(f"a list of {len(value):,} values; at most {PROPERTY_LIST_MAX:,}")
+        return [_scalar(v, in_list=True) for v in value]
+    return _scalar(value)
+
+
+PropertyValue = Annotated[Union[Scalar, list[Scalar]], BeforeValidator(property_value)]
+
+
+def property_values(value: Any) -> list[Any]:
+    """The non-empty values of a property, one per element of a list: what is embedded, masked, shown."""
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if v is not None and v != ""]
+
+
+def has_value(value: Any) -> bool:
+    """Whether a property has anything to embed (null, ``""`` and ``[]`` do not)."""
+    return bool(property_values(value))
+
+
+def property_display(value: Any) -> str:
+    """A property value as text: a list as ``v1, v2``."""
+    return ", ".join(str(v) for v in property_values(value)) if isinstance(value, list) else str(value)
+
+
+Id = Annotated[str, Field(min_length=1, max_length=ID_MAX)]
+Label = Annotated[str, Field(max_length=LABEL_MAX)]
+Labels = Annotated[tuple[Label, ...], Field(max_length=LABELS_MAX)]
 
 
 class _Item(BaseModel):
@@ -21,14 +108,14 @@ class _Item(BaseModel):
 
 
 class Org(_Item):
-    id: str = Field(min_length=1)
-    name: str | None = None
+    id: Id
+    name: Label | None = None
 
 
 class Caller(_Item):
-    id: str = Field(min_length=1)
-    org: str = Field(min_length=1)
-    roles: tuple[str, ...] = ()
+    id: Id
+    org: Id
+    roles: Labels = ()
 
 
 class Identifiers(_Item):
@@ -45,25 +132,38 @@ class Identifiers(_Item):
         if value is None or value == "":
             return None
         if not isinstance(value, str):
-            raise ValueError("must be a string")
+            raise ValueError(f"must be a string, not {_kind_of(value)}")
         return normalize(info.field_name, value)
 
 
 class Record(_Item):
-    id: str = Field(min_length=1)
-    org: str = Field(min_length=1)
+    id: Id
+    org: Id
     kind: Literal["contact", "company"]
     identifiers: Identifiers = Identifiers()
     properties: dict[str, PropertyValue] = Field(default_factory=dict)
-    merged_into: str | None = None
-    pending_deletion: bool = False
+    merged_into: Id | None = None
+    pending_deletion: StrictBool = False
+
+    @field_validator("properties", mode="before")
+    @classmethod
+    def _names(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value  # pydantic reports it
+        if len(value) > PROPERTIES_MAX:
+            raise ValueError(f"{len(value):,} properties; at most {PROPERTIES_MAX:,}")
+        for name in value:
+            if not isinstance(name, str) or not 1 <= len(name) <= LABEL_MAX:
+                got = f"{len(name):,} characters" if isinstance(name, str) else f"a {type(name).__name__}"
+                raise ValueError(f"a property name is a string of 1-{LABEL_MAX} characters, not {got}: {clip(name, 60)}")
+        return value
 
 
 class Memory(_Item):
-    id: str = Field(min_length=1)
-    org: str = Field(min_length=1)
-    record: str = Field(min_length=1)
-    text: str = Field(min_length=1)
+    id: Id
+    org: Id
+    record: Id
+    text: str = Field(min_length=1, max_length=MEMORY_TEXT_MAX)
     created_at: datetime
 
     @field_validator("created_at")
@@ -73,39 +173,45 @@ class Memory(_Item):
 
 
 class Section(_Item):
-    id: str = Field(min_length=1)
-    heading: str = ""
-    text: str = ""
+    id: Id
+    heading: str = Field(default="", max_length=TITLE_MAX)
+    text: str = Field(default="", max_length=SECTION_TEXT_MAX)
 
 
 class Document(_Item):
-    id: str = Field(min_length=1)
-    org: str = Field(min_length=1)
-    title: str = Field(min_length=1)
-    doc_type: str = "guideline"
-    tags: tuple[str, ...] = ()
-    visible_to_roles: tuple[str, ...] | None = None
-    attached_record: str | None = None
-    is_system: bool = False
+    id: Id
+    org: Id
+    title: str = Field(min_length=1, max_length=TITLE_MAX)
+    doc_type: Label = "guideline"
+    tags: Labels = ()
+    visible_to_roles: Labels | None = None
+    attached_record: Id | None = None
+    is_system: StrictBool = False
     sections: tuple[Section, ...] = Field(min_length=1)
 
 
 class Edge(_Item):
-    id: str = Field(min_length=1)
-    org: str = Field(min_length=1)
-    src: str = Field(min_length=1)
-    dst: str = Field(min_length=1)
-    type: str = Field(min_length=1)
-    active: bool = True
-    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
-    weight: float = 1.0
-    dst_is_stub: bool = False
+    id: Id
+    org: Id
+    src: Id
+    dst: Id
+    type: Label = Field(min_length=1)
+    active: StrictBool = True
+    confidence: StrictFloat = Field(default=1.0, ge=0.0, le=1.0)
+    weight: StrictFloat = Field(default=1.0, allow_inf_nan=False)
+    dst_is_stub: StrictBool = False
 
 
 class Bundle(BaseModel):
-    """Everything one load writes. Every list is optional."""
+    """Everything one load writes. Every list is optional.
+
+    ``_ignored_keys`` and ``_ignored_fields`` are what :func:`dossier.loading.read_bundle` left out: the
+    top-level keys that are not lists of items, and per list the unknown fields with how many items had
+    each."""
 
     model_config = ConfigDict(extra="ignore")
+    _ignored_keys: list[str] = PrivateAttr(default_factory=list)
+    _ignored_fields: dict[str, dict[str, int]] = PrivateAttr(default_factory=dict)
 
     orgs: list[Org] = Field(default_factory=list)
     callers: list[Caller] = Field(default_factory=list)

@@ -2,7 +2,10 @@
 
 A load is idempotent by id. Each item's content hash decides whether it is inserted, updated or left
 alone; each vector's text hash decides whether it is recomputed. Nothing is written unless the whole
-bundle is valid and every reference resolves (in the bundle or already in the store, same org).
+bundle is valid and every reference resolves (in the bundle or already in the store, same org). Keys
+and fields the bundle model does not know are ignored and listed in the :class:`LoadReport`; a bundle
+with nothing to load is refused. A record pending deletion has no property vectors, so discovery by
+property never finds it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from .bundle import ITEM_MODELS, Bundle, Document, Section
+from .bundle import ITEM_MODELS, Bundle, Document, Identifiers, Section, has_value, property_display
 from .errors import BundleError, Problem, UsageError
+from .identifiers import clip
 from .providers.embeddings import Embedder
 from .stores.base import ItemKind, Store, VectorKind, VectorWrite, WriteBatch, property_key
 
@@ -39,6 +43,10 @@ class LoadReport:
     unchanged: dict[str, int] = field(default_factory=dict)
     embedded: int = 0
     seconds: float = 0.0
+    #: top-level keys of the bundle that were not loaded (not one of the lists above)
+    ignored_keys: list[str] = field(default_factory=list)
+    #: per list, the unknown fields that were ignored and on how many items (``identifiers.fax``)
+    ignored_fields: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def total_inserted(self) -> int:
@@ -47,6 +55,14 @@ class LoadReport:
     @property
     def total_updated(self) -> int:
         return sum(self.updated.values())
+
+    def ignored_lines(self) -> list[str]:
+        """What the load ignored, one line per kind of thing, for a person to read."""
+        lines = [f"ignored top-level keys: {', '.join(self.ignored_keys)}"] if self.ignored_keys else []
+        for list_name, fields in self.ignored_fields.items():
+            named = ", ".join(f"{name} ({count})" for name, count in fields.items())
+            lines.append(f"ignored fields of {list_name}: {named}")
+        return lines
 
 
 def content_hash(item: BaseModel) -> str:
@@ -63,36 +79,95 @@ def section_text(document: Document, section: Section) -> str:
 
 
 def property_text(name: str, value: Any) -> str:
-    return f"{name.replace('_', ' ')}: {value}"
+    """What a property's vector is computed from: ``name: value``, a list as ``name: v1, v2``."""
+    return f"{name.replace('_', ' ')}: {property_display(value)}"
 
 
 # -- parsing -------------------------------------------------------------------------------------------
+_LISTED_NAMES = 100  # distinct ignored names listed per kind; the rest are counted under "(others)"
+_NESTED: dict[str, tuple[str, type[BaseModel]]] = {"records": ("identifiers", Identifiers), "documents": ("sections", Section)}
+
+
 def read_bundle(source: str | Path | Mapping[str, Any]) -> Bundle:
-    """Parse and validate a bundle; every problem is collected (with its item id) before raising."""
+    """Parse and validate a bundle; every problem is collected (with its item id) before raising.
+
+    Keys and fields the model does not know are left out and remembered on the bundle (``_ignored_keys``,
+    ``_ignored_fields``), so that the load report can list them."""
     raw = _read_json(source) if isinstance(source, (str, Path)) else source
     if not isinstance(raw, Mapping):
         raise BundleError([Problem("bundle", None, "must be a JSON object with lists such as 'records'")])
     problems: list[Problem] = []
     parsed: dict[str, list[Any]] = {}
+    ignored: dict[str, dict[str, int]] = {}
     for list_name, model in ITEM_MODELS.items():
-        items = raw.get(list_name) or []
+        items = raw.get(list_name)
         kind = _SINGULAR[list_name]
+        if items is None:
+            continue
         if not isinstance(items, list):
-            problems.append(Problem(kind, None, f"'{list_name}' must be a list"))
+            problems.append(Problem(kind, None, f"'{list_name}' must be a list, not {_kind_name(items)}"))
             continue
         parsed[list_name] = []
         for position, item in enumerate(items):
-            item_id = item.get("id") if isinstance(item, Mapping) else None
+            raw_id = item.get("id") if isinstance(item, Mapping) else None
+            where = clip(raw_id, 60, quote=False) if raw_id not in (None, "") else f"#{position}"
             try:
                 parsed[list_name].append(model.model_validate(item))
             except ValidationError as exc:
-                where = item_id or f"#{position}"
-                for err in exc.errors():
-                    loc = ".".join(str(p) for p in err["loc"]) or "item"
-                    problems.append(Problem(kind, str(where), f"{loc}: {err['msg']}"))
+                problems.extend(Problem(kind, where, _message(err)) for err in exc.errors())
+            else:
+                for name in _unknown_fields(list_name, model, item):
+                    _count(ignored.setdefault(list_name, {}), name)
     if problems:
         raise BundleError(problems)
-    return Bundle(**parsed)
+    bundle = Bundle(**parsed)
+    bundle._ignored_keys = [clip(k, 60, quote=False) for k in raw if k not in ITEM_MODELS][:_LISTED_NAMES]
+    bundle._ignored_fields = ignored
+    return bundle
+
+
+def _unknown_fields(list_name: str, model: type[BaseModel], item: Mapping[str, Any]) -> list[str]:
+    names = [str(k) for k in item if k not in model.model_fields]
+    nested, nested_model = _NESTED.get(list_name, ("", BaseModel))
+    children = item.get(nested)
+    for child in children if isinstance(children, list) else [children]:
+        if isinstance(child, Mapping):
+            names.extend(f"{nested}.{k}" for k in child if k not in nested_model.model_fields)
+    return list(dict.fromkeys(names))
+
+
+def _count(counts: dict[str, int], name: str) -> None:
+    name = clip(name, 60, quote=False)
+    if name not in counts and len(counts) >= _LISTED_NAMES:
+        name = "(others)"
+    counts[name] = counts.get(name, 0) + 1
+
+
+_TYPE_MESSAGES = {
+    "bool_type": "must be true or false", "string_type": "must be a string",
+    "int_type": "must be a whole number", "float_type": "must be a number",
+    "list_type": "must be a list", "tuple_type": "must be a list",
+    "dict_type": "must be an object", "model_type": "must be an object",
+}  # fmt: skip
+
+
+def _kind_name(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "a list",
+             dict: "an object", type(None): "null"}  # fmt: skip
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _message(err: Any) -> str:
+    """One readable line for one validation error: where, what was wrong, never the whole input."""
+    loc = clip(".".join(str(p) for p in err["loc"]) or "item", 120, quote=False)
+    kind = err["type"]
+    if kind in _TYPE_MESSAGES:
+        text = f"{_TYPE_MESSAGES[kind]}, not {_kind_name(err.get('input'))}"
+    elif kind == "missing":
+        text = "is required"
+    else:
+        text = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {text}"
 
 
 def _read_json(path: str | Path) -> Any:
@@ -170,10 +245,13 @@ def load_bundle(
 ) -> LoadReport:
     started = time.perf_counter()
     bundle = source if isinstance(source, Bundle) else read_bundle(source)
+    if not any(getattr(bundle, list_name) for list_name in ITEM_MODELS):
+        skipped = f" (ignored: {', '.join(bundle._ignored_keys[:10])})" if bundle._ignored_keys else ""
+        raise BundleError([Problem("bundle", None, f"nothing to load: no {', '.join(ITEM_MODELS)}{skipped}")])
     problems = check_references(bundle, store)
     if problems:
         raise BundleError(problems)
-    report = LoadReport()
+    report = LoadReport(ignored_keys=list(bundle._ignored_keys), ignored_fields=dict(bundle._ignored_fields))
     batch = WriteBatch()
     for list_name in ITEM_MODELS:
         kind = _SINGULAR[list_name]
@@ -231,8 +309,10 @@ def _vectors_to_compute(store: Store, batch: WriteBatch) -> list[tuple[str, Vect
     """(org, kind, key, parent, text hash, text) for every vector whose text is new or changed."""
     wanted: list[tuple[str, VectorKind, str, str, str]] = []  # org, kind, key, parent, text
     for record, _ in batch.records:
+        if record.pending_deletion:
+            continue  # its vectors are dropped (stores.write), so discovery never finds it
         for prop, value in record.properties.items():
-            if value is not None and value != "":
+            if has_value(value):
                 wanted.append((record.org, "property", property_key(record.id, prop), record.id, property_text(prop, value)))
     for memory, _ in batch.memories:
         wanted.append((memory.org, "memory", memory.id, memory.record, memory.text))

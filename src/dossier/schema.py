@@ -1,6 +1,8 @@
 """The contract of the retrieve call (DESIGN.md section 1): request, response, items, statuses.
 
-Field names are part of the contract; ``dossier schema`` prints the JSON Schema of both models.
+Field names are part of the contract; ``dossier schema`` prints the JSON Schema of both models. A
+request is strict: unknown fields are refused, booleans and numbers are never read from strings
+(``"true"``, ``"8000"``), and every string has a length limit.
 """
 
 from __future__ import annotations
@@ -8,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
-from .bundle import PropertyValue
-from .identifiers import normalize
+from .bundle import ID_MAX, LABEL_MAX, LABELS_MAX, PropertyValue
+from .identifiers import IDENTIFIER_MAX, normalize
 
 Mode = Literal["brief", "scout", "fetch", "filter", "expand"]
 Depth = Literal["fast", "standard", "deep"]
@@ -20,6 +22,8 @@ SOURCE_NAMES: tuple[SourceName, ...] = ("properties", "memories", "documents", "
 Status = Literal["ok", "empty", "error", "skipped"]
 MAX_BUDGET = 50_000
 MAX_FETCH = 20
+MAX_MESSAGE = 4000  # characters of the question, and of each rephrasing in ``augmentation``
+MAX_AUGMENTATION = 10
 
 
 class _Strict(BaseModel):
@@ -30,11 +34,11 @@ class _Strict(BaseModel):
 class RecordRef(_Strict):
     """Who the question is about: exactly one identifier."""
 
-    id: str | None = Field(default=None, min_length=1)
-    email: str | None = None
-    phone: str | None = None
-    website: str | None = None
-    profile_url: str | None = None
+    id: str | None = Field(default=None, min_length=1, max_length=ID_MAX)
+    email: str | None = Field(default=None, max_length=IDENTIFIER_MAX)
+    phone: str | None = Field(default=None, max_length=IDENTIFIER_MAX)
+    website: str | None = Field(default=None, max_length=IDENTIFIER_MAX)
+    profile_url: str | None = Field(default=None, max_length=IDENTIFIER_MAX)
 
     @field_validator("email", "phone", "website", "profile_url")
     @classmethod
@@ -56,21 +60,24 @@ class RecordRef(_Strict):
 class SourceFlags(_Strict):
     """Explicit switches; ``None`` keeps the mode's default, ``False`` always wins."""
 
-    properties: bool | None = None
-    memories: bool | None = None
-    documents: bool | None = None
-    graph: bool | None = None
-    external: bool | None = None
+    properties: StrictBool | None = None
+    memories: StrictBool | None = None
+    documents: StrictBool | None = None
+    graph: StrictBool | None = None
+    external: StrictBool | None = None
 
 
 class Budget(_Strict):
-    totalTokens: int = Field(default=8000, ge=1, le=MAX_BUDGET, description="UTF-8 bytes of packed context")
-    shares: dict[SourceName, Annotated[float, Field(ge=0.0, le=1.0)]] | None = None
+    totalTokens: StrictInt = Field(default=8000, ge=1, le=MAX_BUDGET, description="UTF-8 bytes of packed context")
+    shares: dict[SourceName, Annotated[StrictFloat, Field(ge=0.0, le=1.0)]] | None = None
+
+
+Label = Annotated[str, Field(max_length=LABEL_MAX)]
 
 
 class Filters(_Strict):
-    doc_types: list[str] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
+    doc_types: list[Label] = Field(default_factory=list, max_length=LABELS_MAX)
+    tags: list[Label] = Field(default_factory=list, max_length=LABELS_MAX)
 
     @property
     def empty(self) -> bool:
@@ -80,18 +87,18 @@ class Filters(_Strict):
 class RetrieveRequest(_Strict):
     mode: Mode | None = None
     record: RecordRef | None = None
-    message: str | None = Field(default=None, max_length=4000)
+    message: str | None = Field(default=None, max_length=MAX_MESSAGE)
     sources: SourceFlags = Field(default_factory=SourceFlags)
     depth: Depth = "standard"
     budget: Budget = Field(default_factory=Budget)
     filters: Filters | None = None
-    infer_filters: bool = True
-    augmentation: list[str] | None = None
-    fetch: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, max_length=MAX_FETCH)
-    continuation: str | None = None
-    synthesize: bool = False
-    deferred: bool = False
-    trace: bool = False
+    infer_filters: StrictBool = True
+    augmentation: list[Annotated[str, Field(max_length=MAX_MESSAGE)]] | None = Field(default=None, max_length=MAX_AUGMENTATION)
+    fetch: list[Annotated[str, Field(min_length=1, max_length=ID_MAX)]] | None = Field(default=None, max_length=MAX_FETCH)
+    continuation: str | None = Field(default=None, max_length=ID_MAX)
+    synthesize: StrictBool = False
+    deferred: StrictBool = False
+    trace: StrictBool = False
 
     @field_validator("augmentation", mode="before")
     @classmethod

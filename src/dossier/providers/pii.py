@@ -4,7 +4,7 @@ What is masked (DESIGN.md section 5 explains why there is no NER model here):
 
 * **known values**: the resolved records' identifiers (email, phone, website, profile URL) and their
   property values (strings of 3+ characters, numbers of 6+ digits, and each word of a ``*name*``
-  property), matched case-insensitively as whole words; phones also with other separators;
+  property; each element of a list value on its own), matched case-insensitively as whole words; phones also with other separators;
 * **patterns**: email addresses, phone numbers (7-15 digits with separators, never dates), card-like
   digit runs, IBANs and IPv4 addresses, wherever they occur.
 
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..bundle import Record
+from ..bundle import Record, property_values
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("EMAIL", re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])")),
@@ -79,10 +79,11 @@ class Masker:
                 values[(kind, text)] = None
 
         def add_property(name: str, value: Any) -> None:
-            add("VALUE", value)
-            if "name" in name.lower() and isinstance(value, str):
-                for word in re.findall(r"[^\W\d_][\w'-]*", value):
-                    add("VALUE", word, shortest=2)  # "Li" of "Li Wei"
+            for one in property_values(value):  # each element of a list value on its own
+                add("VALUE", one)
+                if "name" in name.lower() and isinstance(one, str):
+                    for word in re.findall(r"[^\W\d_][\w'-]*", one):
+                        add("VALUE", word, shortest=2)  # "Li" of "Li Wei"
 
         for record in records:
             ids = record.identifiers

@@ -1,5 +1,6 @@
 """Properties: the typed values of the resolved record, most relevant to the question first; with no
-record but a question, records discovered by what their properties mean."""
+record but a question, records discovered by what their properties mean (a list value is one property,
+embedded as ``name: v1, v2``). Records pending deletion are never discovered: they have no vectors."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class PropertiesSource:
     def _discover(self, call) -> list[PropertyItem]:  # type: ignore[no-untyped-def]
         settings = call.settings
         floor = settings.thresholds.property_discovery
+        # records pending deletion have no property vectors (loading drops them), so none is ever a hit
         hits = call.store.search_vectors("property", call.query_vector(), org=call.org, limit=settings.discovered_records * 6)
         best: dict[str, list[tuple[str, float]]] = {}
         for hit in hits:
@@ -49,7 +51,7 @@ class PropertiesSource:
                 call.note("properties", hit.id, "recall", "dropped", "below_threshold", hit.score)
                 continue
             if hit.parent in best or len(best) < settings.discovered_records:
-                best.setdefault(hit.parent, []).append((hit.id.split("/", 1)[1], hit.score))
+                best.setdefault(hit.parent, []).append((hit.id[len(hit.parent) + 1 :], hit.score))  # "record/name"
         records = call.store.get_records(list(best), org=call.org)
         items: list[PropertyItem] = []
         for record in records:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from ..bundle import Document, Memory, Record
+from ..bundle import Document, Memory, Record, has_value
 from ..identifiers import email_domain
 from .base import WriteBatch, property_key, require_org
 from .postgres_schema import MEMORY_LENGTH, MEMORY_TSV, SECTION_LENGTH, SECTION_TSV
@@ -85,7 +85,8 @@ def _write_records(cur: psycopg.Cursor, org: str, records: list[tuple[Record, st
         domain = ids.website or (email_domain(ids.email) if ids.email else None)
         rows.append((r.org, r.id, r.kind, ids.email, ids.phone, ids.website, ids.profile_url, domain,
                      json.dumps(r.properties), r.merged_into, r.pending_deletion, digest))  # fmt: skip
-        keep.extend(property_key(r.id, n) for n, v in r.properties.items() if v is not None and v != "")
+        if not r.pending_deletion:  # a record pending deletion keeps no property vectors (see loading)
+            keep.extend(property_key(r.id, n) for n, v in r.properties.items() if has_value(v))
     cur.executemany(
         "INSERT INTO records VALUES (%b, %b, %b, %b, %b, %b, %b, %b, %b::json, %b, %b, %b) "
         "ON CONFLICT (org, id) DO UPDATE SET kind = excluded.kind, email = excluded.email, phone = excluded.phone, "

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
+from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section, has_value
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
@@ -163,7 +163,8 @@ class SQLiteStore:
             (require_org(r.org, "write"), r.id, r.kind, ids.email, ids.phone, ids.website, ids.profile_url, domain,
              json.dumps(r.properties), r.merged_into, int(r.pending_deletion), digest),
         )  # fmt: skip
-        keep = [property_key(r.id, name) for name, value in r.properties.items() if value is not None and value != ""]
+        # a record pending deletion keeps no property vectors: discovery by property never finds it
+        keep = [] if r.pending_deletion else [property_key(r.id, n) for n, v in r.properties.items() if has_value(v)]
         db.execute(
             f"DELETE FROM vectors WHERE org = ? AND kind = 'property' AND parent = ? "
             f"AND key NOT IN ({','.join('?' * len(keep))})",
