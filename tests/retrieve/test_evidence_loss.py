@@ -95,8 +95,9 @@ def test_switching_filter_inference_off_holds_on_every_path(sample_engine: dossi
             "record": {"email": "raj@acme.com"}}  # fmt: skip
     if mode == "fetch":
         body["fetch"] = ["doc-retention", "doc-pricing"]
-    on = sample_engine.retrieve(body, org="northwind", caller="ana")
-    off = sample_engine.retrieve({**body, "infer_filters": False}, org="northwind", caller="ana")
+    # the full (in-process) trace: filtered-out sections never reach governance, so a caller's trace only counts them
+    on = sample_engine.retrieve(body, org="northwind", caller="ana", full_trace=True)
+    off = sample_engine.retrieve({**body, "infer_filters": False}, org="northwind", caller="ana", full_trace=True)
     assert on.route["understand"].detail["filters_source"] == "inferred"
     assert off.route["understand"].detail["filters_source"] == "off"
     assert off.route["understand"].detail["filters"] is None
