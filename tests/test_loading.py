@@ -144,6 +144,21 @@ def test_unknown_fields_are_ignored_top_level_and_per_item(engine: dossier.Engin
     extra["documents"][0]["sections"][0]["page"] = 4
     report = engine.load_bundle(extra)
     assert (report.total_inserted, report.total_updated, report.embedded) == (0, 0, 0)  # the same content as before
+    assert report.ignored_keys == ["version", "exported_by", "notes"]  # and the load report says what it ignored
+    assert report.ignored_fields == {
+        "orgs": {"colour": 1}, "callers": {"colour": 1}, "records": {"colour": 2, "identifiers.fax": 1},
+        "memories": {"colour": 2}, "documents": {"colour": 1, "sections.page": 1}, "edges": {"colour": 1},
+    }  # fmt: skip
+
+
+def test_a_record_pending_deletion_keeps_no_property_vectors(engine: dossier.Engine) -> None:
+    engine.load_bundle(bundle())
+    keys = ["r-jane/plan", "r-jane/seats"]
+    assert len(engine.store.vector_hashes("property", keys, org="acme")) == 2
+    report = engine.load_bundle(_changed(lambda b: b["records"][0].update(pending_deletion=True)))
+    assert report.updated == {"records": 1} and report.embedded == 0
+    assert engine.store.vector_hashes("property", keys, org="acme") == {}
+    assert engine.load_bundle(bundle()).embedded == 2  # taken back: embedded again
 
 
 # -- all or nothing --------------------------------------------------------------------------------
