@@ -110,7 +110,7 @@ def read_bundle(source: str | Path | Mapping[str, Any]) -> Bundle:
         parsed[list_name] = []
         for position, item in enumerate(items):
             raw_id = item.get("id") if isinstance(item, Mapping) else None
-            where = clip(raw_id, 60, quote=False) if raw_id not in (None, "") else f"#{position}"
+            where = _named(raw_id) if raw_id not in (None, "") else f"#{position}"
             try:
                 parsed[list_name].append(model.model_validate(item))
             except ValidationError as exc:
@@ -124,6 +124,11 @@ def read_bundle(source: str | Path | Mapping[str, Any]) -> Bundle:
     bundle._ignored_keys = [clip(k, 60, quote=False) for k in raw if k not in ITEM_MODELS][:_LISTED_NAMES]
     bundle._ignored_fields = ignored
     return bundle
+
+
+def _named(item_id: object) -> str:
+    """An item id as a problem names it: at most 100 characters of it."""
+    return clip(item_id, quote=False)
 
 
 def _unknown_fields(list_name: str, model: type[BaseModel], item: Mapping[str, Any]) -> list[str]:
@@ -159,7 +164,7 @@ def _kind_name(value: Any) -> str:
 
 def _message(err: Any) -> str:
     """One readable line for one validation error: where, what was wrong, never the whole input."""
-    loc = clip(".".join(str(p) for p in err["loc"]) or "item", 120, quote=False)
+    loc = clip(".".join(str(p) for p in err["loc"]) or "item", quote=False)
     kind = err["type"]
     if kind in _TYPE_MESSAGES:
         text = f"{_TYPE_MESSAGES[kind]}, not {_kind_name(err.get('input'))}"
@@ -192,14 +197,14 @@ def check_references(bundle: Bundle, store: Store) -> list[Problem]:
         for item in getattr(bundle, list_name):
             key = (getattr(item, "org", item.id), item.id)
             if key in seen:
-                problems.append(Problem(_SINGULAR[list_name], item.id, "duplicate id in this bundle"))
+                problems.append(Problem(_SINGULAR[list_name], _named(item.id), "duplicate id in this bundle"))
             seen.add(key)
     section_owner: dict[tuple[str, str], str] = {}
     for doc in bundle.documents:
         for s in doc.sections:
             owner = section_owner.setdefault((doc.org, s.id), doc.id)
             if owner != doc.id or sum(1 for x in doc.sections if x.id == s.id) > 1:
-                problems.append(Problem("document", doc.id, f"section id {s.id!r} is used twice"))
+                problems.append(Problem("document", _named(doc.id), f"section id {clip(s.id)} is used twice"))
 
     known_orgs: dict[str, bool] = {}
 
@@ -231,11 +236,11 @@ def check_references(bundle: Bundle, store: Store) -> list[Problem]:
 
     for kind, item_id, org, field_name, record_id in refs:
         if record_id not in records_by_org[org] and record_id not in stored.get(org, set()):
-            problems.append(Problem(kind, item_id, f"{field_name} refers to unknown record {record_id!r} in org {org!r}"))
+            problems.append(Problem(kind, _named(item_id), f"{field_name} refers to unknown record {clip(record_id)} in org {clip(org)}"))
     for list_name in ("callers", "records", "memories", "documents", "edges"):
         for item in getattr(bundle, list_name):
             if not org_exists(item.org):
-                problems.append(Problem(_SINGULAR[list_name], item.id, f"unknown org {item.org!r}"))
+                problems.append(Problem(_SINGULAR[list_name], _named(item.id), f"unknown org {clip(item.org)}"))
     return problems
 
 
