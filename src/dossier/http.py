@@ -1,14 +1,18 @@
 """The HTTP front end (FastAPI): the retrieve call, call results, feedback, loading, and MCP at ``/mcp``.
 
-``dossier serve`` runs :func:`app_from_env` under uvicorn. Every route but ``/healthz`` needs
+``dossier serve`` runs :func:`app_from_env` under uvicorn. Every ``/v1/`` route and ``/mcp`` needs
 ``Authorization: Bearer <key>``; the key decides the org and the caller. Workers keep no state (keys,
 sessions, audit, feedback and the ledger are in the store), so several can run side by side.
 
-Statuses: 401 no or bad key; 403 a call, session or item of another org (or loading a bundle without the
-admin role); 404 an unknown call of your own org; 413 a body over its limit (``Settings.service``: 1 MiB
-for retrieve, feedback and MCP, 5 MiB for records, memories and documents, 20 MiB for bundles), refused
-before it is parsed; 422 an invalid body, ``{"detail": {"field": ..., "message": ...}}``; 503 the store
-is unavailable. Bad input never gets a 500.
+A request passes the :class:`Gate` first: the key (401), the body's size (413, ``Settings.service``: 1 MiB
+for retrieve, feedback and MCP, 5 MiB for records, memories and documents, 20 MiB for bundles) and, on the
+JSON routes, the body itself, read as strict JSON (422: not UTF-8, not JSON, nested over
+:data:`MAX_DEPTH`, a number out of range, a lone surrogate). Then the route: 403 another org's call,
+session or item (or a bundle without the admin role); 404 an unknown call of your own org or an unknown
+route; 405 a method the route does not serve (``GET /mcp`` included: the MCP endpoint is stateless and
+offers no event stream); 422 an invalid body; 502 a model provider failed; 503 the store is unavailable.
+Every error is ``{"detail": {"field"?: ..., "message": ...}}`` (:class:`ErrorBody`), and every refusal of
+a request whose key is known is audited by its shape (:meth:`Service.refused`). Bad input never gets a 500.
 
 This module is ``dossier.http``; absolute imports (the Python 3 default) still reach the standard library's
 ``http`` package.
@@ -19,16 +23,20 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import os
 import re
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Awaitable, Callable, Union
+from typing import Any, AsyncIterator, Callable, Coroutine, Union
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -43,14 +51,127 @@ from .errors import (
     Unauthorized,
     UsageError,
 )
+from .identifiers import clip
 from .schema import RetrieveRequest, RetrieveResponse
-from .service import FeedbackRequest, NewDocument, NewMemory, NewRecord, Principal, Service, bearer_key
+from .service import (
+    FIELD_ECHO,
+    MESSAGE_ECHO,
+    FeedbackRequest,
+    NewDocument,
+    NewMemory,
+    NewRecord,
+    Principal,
+    Service,
+    bearer_key,
+)
 from .settings import ServiceSettings
 
 _UNION_TAG = re.compile(r"^(list\[.*\]|New[A-Z]\w*|function-\w+\[.*\])$")  # pydantic's tags of union members
 _bearer = HTTPBearer(auto_error=False, description="An API key from `dossier keys create`.")
+#: The deepest nesting of arrays and objects a body may have.
+MAX_DEPTH = 64
+#: Routes whose body is JSON, read by the :class:`Gate` (the MCP endpoint reads its own).
+JSON_ROUTES = frozenset({"/v1/retrieve", "/v1/feedback", "/v1/records", "/v1/memories", "/v1/documents", "/v1/bundles"})
+_PRINCIPAL, _BODY = "dossier.principal", "dossier.body"  # what the Gate leaves in the ASGI scope
 
 
+# -- the error body and the OpenAPI description of each status -----------------------------------------
+class ErrorDetail(BaseModel):
+    field: str | None = Field(default=None, description="The offending field (422 only): a dotted path, `body` "
+                              "for the body as a whole.")  # fmt: skip
+    message: str = Field(description="What went wrong, for a person; quotes at most a little of the input.")
+    problems: list[str] | None = Field(default=None, description="A refused bundle's problems, one per line "
+                                       "(at most 100).")  # fmt: skip
+
+
+class ErrorBody(BaseModel):
+    """Every error the API answers: ``{"detail": {"field"?, "message"}}``."""
+
+    detail: ErrorDetail
+
+
+_WHY = {
+    401: "No API key, or a malformed, unknown or revoked one (with `WWW-Authenticate: Bearer`).",
+    403: "A call, continuation, feedback or item of another org; a bundle without the admin role.",
+    404: "An unknown call of your org.",
+    413: "The body is over this route's limit; refused before it is parsed.",
+    422: "An invalid body or parameter: not UTF-8 or not JSON, nested too deeply, a number out of range, a lone "
+         "surrogate, a wrong type, an unknown field, a value out of its limits; a broken bundle.",
+    502: "A model provider failed.",
+    503: "The store is unavailable.",
+}  # fmt: skip
+
+
+def _responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ErrorBody, "description": _WHY[status]} for status in statuses}
+
+
+class LoadSummary(BaseModel):
+    inserted: dict[str, int]
+    updated: dict[str, int]
+    unchanged: dict[str, int]
+    embedded: int
+    seconds: float
+    ignored_keys: list[str] = Field(default_factory=list, description="Top-level keys of a bundle that were not loaded.")
+    ignored_fields: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="Per list, the unknown fields a bundle's items had, and on how many items."
+    )
+
+
+class MemoryWritten(BaseModel):
+    id: str
+    record_id: str
+    created_at: str
+
+
+class MemoriesWritten(BaseModel):
+    memories: list[MemoryWritten]
+
+
+class DocumentWritten(BaseModel):
+    id: str
+    title: str
+    sections: list[str]
+
+
+class DocumentsWritten(BaseModel):
+    documents: list[DocumentWritten]
+
+
+class FeedbackRow(BaseModel):
+    call_id: str
+    caller: str
+    rating: int
+    comment: str | None
+    at: str
+
+
+class UsageItem(BaseModel):
+    item: str
+    calls: int
+    charged: int
+    refunded: int
+    net: int
+
+
+class Usage(BaseModel):
+    org: str
+    items: list[UsageItem]
+    net: int
+
+
+class CallResult(BaseModel):
+    call_id: str
+    status: str
+    summary: dict[str, Any]
+    synthesis: dict[str, Any] | None
+
+
+class Status(BaseModel):
+    status: str
+
+
+# -- the app -----------------------------------------------------------------------------------------
 def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] | None = None) -> FastAPI:
     """The HTTP API over ``service``; with ``mcp``, MCP over streamable HTTP at ``/mcp`` too.
 
@@ -97,42 +218,64 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
         "inside one byte budget.",
         lifespan=lifespan,
     )
-    _errors(app)
+    app.router.route_class = _ParsedJSONRoute
+    _errors(app, service)
 
-    async def principal(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
-        # one indexed read of a small table: cheaper on the event loop than a hop to a worker thread
+    async def principal(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
+        found = request.scope.get(_PRINCIPAL)  # the Gate checked the key before the body was read
+        if isinstance(found, Principal):
+            return found
         return service.authenticate(credentials.credentials if credentials else None)
 
-    @app.get("/healthz", tags=["service"])
+    public = {"model": ErrorBody}
+    authed = (401, 503)  # every route behind a key
+    writes = (401, 403, 413, 422, 503)
+
+    @app.get("/healthz", tags=["service"], response_model=Status)
     def healthz() -> dict[str, str]:
-        """Liveness and store reachability (no key needed)."""
-        service.engine.store.get_org(org="healthz")
+        """Liveness: the process answers (the store is not touched; `/readyz` checks it). No key needed."""
         return {"status": "ok"}
 
-    @app.post("/v1/retrieve", response_model=RetrieveResponse, tags=["retrieve"])
+    @app.get("/readyz", tags=["service"], response_model=Status,
+             responses={503: {**public, "description": "The store cannot be read or written (a full disk, a "
+                              "read-only database, an unreachable server)."}})  # fmt: skip
+    def readyz() -> Any:
+        """Readiness: the store can be read and written (one small committed write). No key needed."""
+        try:
+            service.ready()
+        except Exception as exc:  # noqa: BLE001 - whatever the cause, this worker cannot serve
+            reason = clip(str(exc) or type(exc).__name__, 200, quote=False)
+            return _detail(503, f"not ready: the store cannot be read and written ({type(exc).__name__}: {reason})")
+        return {"status": "ready"}
+
+    @app.post("/v1/retrieve", response_model=RetrieveResponse, tags=["retrieve"],
+              responses=_responses(401, 403, 413, 422, 502, 503))  # fmt: skip
     async def retrieve(body: RetrieveRequest, who: Principal = Depends(principal)) -> Response:
         """The retrieve call of docs/retrieve.md, as the key's caller in the key's org (a body naming
         `org` or `caller` is refused). Charged to the org's ledger and audited (shape only)."""
         response = await calls.run(service.retrieve, who, body, front_end="http")
         return Response(response.model_dump_json(), media_type="application/json")
 
-    @app.get("/v1/calls/{call_id}", tags=["retrieve"])
+    @app.get("/v1/calls/{call_id}", tags=["retrieve"], response_model=CallResult,
+             responses=_responses(401, 403, 404, 422, 503))  # fmt: skip
     def get_call(call_id: str, wait: float = 0.0, who: Principal = Depends(principal)) -> dict[str, Any]:
         """An earlier call of your org: its audited shape and, for your own `deferred` call, its
         `synthesis` (`pending: true` while it runs; `?wait=S` waits up to S seconds, at most 30)."""
         return service.call(who, call_id, wait=wait)
 
-    @app.get("/v1/calls/{call_id}/feedback", tags=["feedback"])
+    @app.get("/v1/calls/{call_id}/feedback", tags=["feedback"], response_model=list[FeedbackRow],
+             responses=_responses(401, 403, 404, 503))  # fmt: skip
     def get_feedback(call_id: str, who: Principal = Depends(principal)) -> list[dict[str, Any]]:
         """The ratings given to one of your org's calls."""
         return [_feedback(f) for f in service.feedback_for(who, call_id)]
 
-    @app.post("/v1/feedback", status_code=201, tags=["feedback"])
+    @app.post("/v1/feedback", status_code=201, tags=["feedback"], response_model=FeedbackRow,
+              responses=_responses(401, 403, 404, 413, 422, 503))  # fmt: skip
     def post_feedback(body: FeedbackRequest, who: Principal = Depends(principal)) -> dict[str, Any]:
         """Rate one of your org's calls (1-5), with an optional comment."""
         return _feedback(service.feedback(who, body))
 
-    @app.get("/v1/usage", tags=["service"])
+    @app.get("/v1/usage", tags=["service"], response_model=Usage, responses=_responses(*authed))
     def usage(who: Principal = Depends(principal)) -> dict[str, Any]:
         """Your org's billing ledger, summed per billed item (units are documented in docs/service.md)."""
         lines = service.usage(who.org)
@@ -143,25 +286,30 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
             "net": sum(u.net for u in lines),
         }
 
-    @app.post("/v1/bundles", tags=["load"])
+    @app.post("/v1/bundles", tags=["load"], response_model=LoadSummary, responses=_responses(*writes),
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+                  "type": "object", "description": "A bundle (docs/bundles.md): lists of orgs, callers, records, "
+                  "memories, documents and edges."}}}}})  # fmt: skip
     async def post_bundle(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
         """Load a bundle (docs/bundles.md) into your org: all of it or nothing, idempotent by id. Items
-        may leave `org` out; one naming another org is refused. Needs the admin role."""
-        body = await _json_body(request)
+        may leave `org` out; one naming another org is refused. Needs the admin role. Keys and fields
+        the bundle format does not know are listed in `ignored_keys` and `ignored_fields`; a bundle with
+        nothing to load is refused (422)."""
+        body = await request.json()
         return _report(await run_in_threadpool(service.load_bundle, who, body))
 
-    @app.post("/v1/records", tags=["load"])
+    @app.post("/v1/records", tags=["load"], response_model=LoadSummary, responses=_responses(*writes))
     def post_records(body: Union[NewRecord, list[NewRecord]], who: Principal = Depends(principal)) -> dict[str, Any]:
-        """Add or update records (one, or a list) in your org."""
+        """Add or update records (one, or a list) in your org. An unknown field is refused (422)."""
         return _report(service.add_records(who, body if isinstance(body, list) else [body]))
 
-    @app.post("/v1/memories", tags=["load"])
+    @app.post("/v1/memories", tags=["load"], response_model=MemoriesWritten, responses=_responses(*writes))
     def post_memories(body: Union[NewMemory, list[NewMemory]], who: Principal = Depends(principal)) -> dict[str, Any]:
         """Add memories (one, or a list) to records of your org; `id` and `created_at` default to new and now."""
         memories = service.add_memories(who, body if isinstance(body, list) else [body])
         return {"memories": [{"id": m.id, "record_id": m.record, "created_at": m.created_at.isoformat()} for m in memories]}
 
-    @app.post("/v1/documents", tags=["load"])
+    @app.post("/v1/documents", tags=["load"], response_model=DocumentsWritten, responses=_responses(*writes))
     def post_documents(body: Union[NewDocument, list[NewDocument]], who: Principal = Depends(principal)) -> dict[str, Any]:
         """Add or replace documents (one, or a list), given as sections or as markdown split at headings."""
         documents = service.add_documents(who, body if isinstance(body, list) else [body])
@@ -169,9 +317,9 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
 
     if mcp_server is not None:
         for route in mcp_app.routes:
-            if isinstance(route, Route):
-                app.router.routes.append(Route(route.path, RequireKey(service, route.endpoint), methods=route.methods))
-    app.add_middleware(BodyLimit, limits=limits)
+            if isinstance(route, Route):  # stateless, JSON responses: POST only (GET and DELETE are 405)
+                app.router.routes.append(Route(route.path, route.endpoint, methods=["POST"], include_in_schema=False))
+    app.add_middleware(Gate, service=service, limits=limits)
     return app
 
 
@@ -191,72 +339,214 @@ def app_from_env() -> FastAPI:
 
 
 # -- errors ------------------------------------------------------------------------------------------
-def _detail(status: int, message: str, field: str | None = None, **extra: Any) -> JSONResponse:
-    detail: dict[str, Any] = {"message": message}
+def _detail(status: int, message: str, field: str | None = None, *, headers: dict[str, str] | None = None,
+            **extra: Any) -> JSONResponse:  # fmt: skip
+    """The one error body: ``{"detail": {"field"?, "message"}}``, quoting at most a little of the input."""
+    detail: dict[str, Any] = {"message": _text(message, MESSAGE_ECHO)}
     if field is not None or status == 422:
-        detail["field"] = field
+        detail["field"] = None if field is None else _text(field, FIELD_ECHO)
     detail.update(extra)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
-def _errors(app: FastAPI) -> None:
+def _text(value: str, limit: int) -> str:
+    """``value`` cut to ``limit`` characters, with any lone surrogate replaced (it cannot be sent as UTF-8)."""
+    return clip(value.encode("utf-8", "replace").decode("utf-8"), limit, quote=False)
+
+
+class BodyError(Exception):
+    """A body that is not strict JSON (raised by :func:`parse_json`): 422 naming ``field``."""
+
+    def __init__(self, message: str, field: str = "body") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _route(request: Request) -> str:
+    """The route template of a request (``GET /v1/calls/{call_id}``), never its raw path; ``?`` when no
+    route matched (an unknown path is the caller's text)."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    return f"{request.method} {path}" if path else f"{request.method} ?"
+
+
+async def _refused(service: Service, request: Request, error: BaseException | str, status: int,
+                   field: str | None = None) -> None:  # fmt: skip
+    """Audit a refusal when the request's key is known (a request without a valid key has no org to file it under)."""
+    who = request.scope.get(_PRINCIPAL)
+    if isinstance(who, Principal):
+        await run_in_threadpool(service.refused, who, error, front_end="http", route=_route(request), status=status,
+                                field=field)  # fmt: skip
+
+
+def _first_error(exc: RequestValidationError) -> tuple[str, str]:
+    """The field and message of the error to report: the first, of the form that was sent (one item or a list)."""
+    errors = list(exc.errors())
+    as_list = isinstance(getattr(exc, "body", None), list)
+    errors.sort(key=lambda e: (len(e.get("loc", ())) > 1 and str(e["loc"][1]).startswith("list[")) != as_list)
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid body", "type": "value_error"}
+    loc = [str(p) for p in first.get("loc", ()) if not _UNION_TAG.match(str(p))]
+    where = ".".join(loc[1:] if loc[:1] in (["body"], ["query"], ["path"]) and len(loc) > 1 else loc) or "body"
+    kind = first.get("type", "")
+    if kind == "extra_forbidden":
+        message = "unknown field"
+    elif kind == "missing" and where == "body":
+        message = "a JSON body is required"
+    else:
+        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    return where, message
+
+
+def _errors(app: FastAPI, service: Service) -> None:
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = list(exc.errors())
-        # a body that may be one item or a list: report the errors of the form that was sent
-        as_list = isinstance(getattr(exc, "body", None), list)
-        errors.sort(key=lambda e: (len(e.get("loc", ())) > 1 and str(e["loc"][1]).startswith("list[")) != as_list)
-        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid body", "type": "value_error"}
-        loc = [str(p) for p in first.get("loc", ()) if not _UNION_TAG.match(str(p))]
-        where = ".".join(loc[1:] if loc[:1] == ["body"] and len(loc) > 1 else loc) or "body"
-        kind = first.get("type", "")
-        if kind == "extra_forbidden":
-            message = "unknown field"
-        elif kind == "json_invalid":
-            where, message = "body", "the body is not valid JSON"
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        where, message = _first_error(exc)
+        await _refused(service, request, "InvalidRequest", 422, where)
+        return _detail(422, f"invalid request: {_text(where, FIELD_ECHO)}: {message}", where)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = "no such route (the API is under /v1; see /docs)"
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            message = f"method {request.method} is not allowed here" + (f"; allowed: {allowed}" if allowed else "")
         else:
-            message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-        return _detail(422, f"invalid request: {where}: {message}", where)
+            message = str(exc.detail)
+        await _refused(service, request, type(exc).__name__ if exc.status_code != 405 else "MethodNotAllowed",
+                       exc.status_code)  # fmt: skip
+        return _detail(exc.status_code, message, headers=dict(exc.headers or {}) or None)
 
     @app.exception_handler(DossierError)
-    async def dossier_error(_: Request, exc: DossierError) -> JSONResponse:
-        if isinstance(exc, Unauthorized):
-            return _detail(401, str(exc))
-        if isinstance(exc, Forbidden):
-            return _detail(403, str(exc))
-        if isinstance(exc, NotFound):
-            return _detail(404, str(exc))
-        if isinstance(exc, BundleError):
-            first = exc.problems[0] if exc.problems else None
-            field = f"{first.kind}:{first.item_id}" if first and first.item_id else (first.kind if first else None)
-            return _detail(422, str(exc), field, problems=[str(p) for p in exc.problems])
-        if isinstance(exc, InvalidRequest):
-            return _detail(422, str(exc), exc.field)
-        if isinstance(exc, UsageError):
-            return _detail(422, str(exc), None)
-        if isinstance(exc, StoreError):
-            return _detail(503, f"the store is unavailable: {type(exc).__name__}")
-        if isinstance(exc, ProviderError):
-            return _detail(502, f"a model provider failed: {type(exc).__name__}")
-        return _detail(500, f"internal error: {type(exc).__name__}")
+    async def dossier_error(request: Request, exc: DossierError) -> JSONResponse:
+        response = _for(exc)
+        if response.status_code < 500:
+            field = exc.problems[0].kind if isinstance(exc, BundleError) and exc.problems else getattr(exc, "field", None)
+            await _refused(service, request, exc, response.status_code, field)
+        return response
 
     @app.exception_handler(Exception)
     async def crash(_: Request, exc: Exception) -> JSONResponse:
         return _detail(500, f"internal error: {type(exc).__name__}")
 
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
+def _for(exc: DossierError) -> JSONResponse:
+    """The status and body of a :class:`DossierError`."""
+    if isinstance(exc, Unauthorized):
+        return _detail(401, str(exc))
+    if isinstance(exc, Forbidden):
+        return _detail(403, str(exc))
+    if isinstance(exc, NotFound):
+        return _detail(404, str(exc))
+    if isinstance(exc, BundleError):
+        first = exc.problems[0] if exc.problems else None
+        field = f"{first.kind}:{first.item_id}" if first and first.item_id else (first.kind if first else None)
+        problems = [_text(str(p), MESSAGE_ECHO) for p in exc.problems[:100]]
+        return _detail(422, str(exc), field, problems=problems)
+    if isinstance(exc, InvalidRequest):
+        return _detail(422, str(exc), exc.field)
+    if isinstance(exc, UsageError):
+        return _detail(422, str(exc), None)
+    if isinstance(exc, StoreError):
+        return _detail(503, f"the store is unavailable: {type(exc).__name__}")
+    if isinstance(exc, ProviderError):
+        return _detail(502, f"a model provider failed: {type(exc).__name__}")
+    return _detail(500, f"internal error: {type(exc).__name__}")
+
+
+# -- strict JSON -------------------------------------------------------------------------------------
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON, strictly: UTF-8, at most :data:`MAX_DEPTH` levels, finite numbers, integers
+    within 64 bits, no ``NaN``/``Infinity``, no lone surrogate escape (``"\\ud800"``) in any string or key.
+    :class:`BodyError` naming where, quoting at most a few characters, otherwise."""
+    if not raw.strip():
+        raise BodyError("the body is empty: send a JSON object")
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        raise InvalidRequest("the body is not valid JSON", field="body") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"the body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        value = json.loads(text, parse_float=_finite, parse_int=_int64, parse_constant=_no_constant)
+    except RecursionError:
+        raise BodyError(f"the body is nested more than {MAX_DEPTH} levels deep") from None
+    except json.JSONDecodeError as exc:
+        raise BodyError(f"the body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except ValueError as exc:  # raised by the number hooks
+        raise BodyError(str(exc)) from None
+    _check(value)
+    return value
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the body holds a number out of range: {clip(text, 40, quote=False)}")
+    return number
+
+
+def _int64(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or not -(2**63) <= int(text) < 2**63:
+        raise ValueError(f"the body holds an integer beyond 64 bits: {clip(text, 40, quote=False)} (send it as a string)")
+    return int(text)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"the body holds {name}, which is not JSON")
+
+
+def _has_surrogate(text: str) -> bool:
+    return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def _check(value: Any) -> None:
+    """Depth and lone surrogates, walked without recursion."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            raise BodyError(f"the body is nested more than {MAX_DEPTH} levels deep", _where(path[:MAX_DEPTH]))
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                raise BodyError("a lone surrogate escape (\\ud800-\\udfff) is not text", _where(path))
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _has_surrogate(key):
+                    raise BodyError("a lone surrogate escape (\\ud800-\\udfff) in a key is not text", _where(path))
+                stack.append((child, (*path, key)))
+        elif isinstance(item, list):
+            stack.extend((child, (*path, str(i))) for i, child in enumerate(item))
+
+
+def _where(path: tuple[str, ...]) -> str:
+    return ".".join(path) or "body"
+
+
+class _ParsedJSONRequest(Request):
+    async def json(self) -> Any:
+        if _BODY in self.scope:  # read and checked by the Gate
+            return self.scope[_BODY]
+        return await super().json()
+
+
+class _ParsedJSONRoute(APIRoute):
+    """FastAPI's route, handed the body the :class:`Gate` already read as strict JSON (no second parse)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(_ParsedJSONRequest(request.scope, request.receive))
+
+        return handle
 
 
 def _report(report: Any) -> dict[str, Any]:
     return {"inserted": report.inserted, "updated": report.updated, "unchanged": report.unchanged,
-            "embedded": report.embedded, "seconds": round(report.seconds, 3)}  # fmt: skip
+            "embedded": report.embedded, "seconds": round(report.seconds, 3),
+            "ignored_keys": list(getattr(report, "ignored_keys", [])),
+            "ignored_fields": dict(getattr(report, "ignored_fields", {}))}  # fmt: skip
 
 
 def _feedback(row: Any) -> dict[str, Any]:
@@ -289,33 +579,20 @@ class CallThreads:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
 
 
-class RequireKey:
-    """An ASGI app (the MCP endpoint) behind the same API keys as the rest: 401 before any MCP processing."""
+class Gate:
+    """What every request passes before a route sees it, in this order:
 
-    def __init__(self, service: Service, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+    1. ``/v1/`` and ``/mcp`` need a valid API key: 401 before anything else (503 if the store cannot say).
+    2. A body over the limit of its path is refused with 413 before anything parses it: by
+       ``Content-Length`` when given, else by counting the bytes as they arrive.
+    3. The body of a JSON route is read as strict JSON (:func:`parse_json`): 422 otherwise. Bodies of
+       ``/v1/`` routes are read as JSON whatever their ``Content-Type`` says (``curl -d`` sends a form type).
+
+    Refusals of 2 and 3 are audited (the key is known by then)."""
+
+    def __init__(self, app: ASGIApp, *, service: Service, limits: ServiceSettings) -> None:
+        self.app = app
         self.service = service
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        try:
-            await run_in_threadpool(self.service.authenticate, bearer_key(headers.get("authorization")))
-        except Unauthorized as exc:
-            await _detail(401, str(exc))(scope, receive, send)
-            return
-        except DossierError as exc:
-            await _detail(503, f"the store is unavailable: {type(exc).__name__}")(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
-class BodyLimit:
-    """Refuse request bodies over the limit of their path with 413, before anything parses them: by
-    ``Content-Length`` when given, else by counting the bytes as they arrive. Bodies of ``/v1/`` routes
-    are read as JSON whatever their ``Content-Type`` says (``curl -d`` sends a form type)."""
-
-    def __init__(self, app: ASGIApp, *, limits: ServiceSettings) -> None:
-        self.app = app
         self.limits = limits
 
     def limit(self, path: str) -> int:
@@ -326,21 +603,37 @@ class BodyLimit:
         return self.limits.max_retrieve_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path.startswith("/v1/") or path == "/mcp" or path.startswith("/mcp/")):
             await self.app(scope, receive, send)
             return
-        limit = self.limit(scope["path"])
-        too_large = _detail(413, f"the body is over the {_size(limit)} limit of {scope['path']}")
-        for name, value in scope.get("headers", []):
-            if name.lower() == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    await _detail(400, "bad Content-Length")(scope, receive, send)
-                    return
-                if declared > limit:
-                    await too_large(scope, receive, send)
-                    return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        try:  # one indexed read of a small table: cheaper on the event loop than a hop to a worker thread
+            who = self.service.authenticate(bearer_key(headers.get("authorization")))
+        except Unauthorized as exc:
+            await _detail(401, str(exc))(scope, receive, send)
+            return
+        except DossierError as exc:
+            await _detail(503, f"the store is unavailable: {type(exc).__name__}")(scope, receive, send)
+            return
+        scope = {**scope, _PRINCIPAL: who}
+        method = scope["method"]
+        if method in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        route = f"{method} {path}" if path in JSON_ROUTES or path == "/mcp" else f"{method} ?"
+        limit = self.limit(path)
+
+        async def refuse(status: int, message: str, error: str, field: str | None = None) -> None:
+            await run_in_threadpool(self.service.refused, who, error, front_end="http", route=route, status=status,
+                                    field=field)  # fmt: skip
+            await _detail(status, message, field)(scope, receive, send)
+
+        too_large = f"the body is over the {_size(limit)} limit of this route"
+        declared = headers.get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            await refuse(413, too_large, "BodyTooLarge")
+            return
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -350,12 +643,18 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                await too_large(scope, receive, send)
+                await refuse(413, too_large, "BodyTooLarge")
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         body, replayed = b"".join(chunks), False
+        if method == "POST" and path in JSON_ROUTES:
+            try:
+                scope[_BODY] = parse_json(body)
+            except BodyError as exc:
+                await refuse(422, f"invalid request: {exc.field}: {exc}", "InvalidBody", exc.field)
+                return
 
         async def replay() -> Message:
             nonlocal replayed
@@ -364,9 +663,9 @@ class BodyLimit:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        if scope["path"].startswith("/v1/"):  # the API speaks JSON only: read any body as JSON
-            headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-type"]
-            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        if path.startswith("/v1/"):  # the API speaks JSON only: read any body as JSON
+            kept = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-type"]
+            scope["headers"] = [*kept, (b"content-type", b"application/json")]
         await self.app(scope, replay, send)
 
 

@@ -15,16 +15,19 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Callable, cast
 
+import anyio.to_thread
+
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp_types import ToolAnnotations
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from .errors import DossierError
+from .identifiers import clip
 from .schema import Budget, Depth, Filters, Mode, RecordRef, SourceFlags
-from .service import FeedbackRequest, NewDocument, Principal, Service, bearer_key
+from .service import MESSAGE_ECHO, FeedbackRequest, NewDocument, Principal, Service, _validate, bearer_key
 
 PrincipalOf = Callable[[Context], Principal]
 
@@ -91,7 +94,7 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
         try:
             return work(principal_of(ctx))
         except DossierError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(clip(str(exc), MESSAGE_ECHO, quote=False)) from exc
 
     def retrieve_unified(
         ctx: Context,
@@ -137,9 +140,9 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
         tags: list[str] | None = None,
         visible_to_roles: list[str] | None = None,
     ) -> str:
-        body = NewDocument(markdown=markdown, title=title, id=id, doc_type=doc_type, tags=tags or [],
-                           visible_to_roles=visible_to_roles)  # fmt: skip
-        [document] = act(ctx, lambda p: service.add_documents(p, [body]))
+        given = {"markdown": markdown, "title": title, "id": id, "doc_type": doc_type, "tags": tags or [],
+                 "visible_to_roles": visible_to_roles}  # fmt: skip
+        [document] = act(ctx, lambda p: service.add_documents(p, [_validate(NewDocument, given)]))
         return json.dumps({"id": document.id, "title": document.title, "sections": [s.id for s in document.sections]})
 
     def feedback(
@@ -163,7 +166,39 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
         _strict(Tool.from_function(feedback, title="Rate a retrieval", description=FEEDBACK,
                                    annotations=writing, structured_output=False)),
     ]  # fmt: skip
-    return MCPServer("dossier", instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
+    def refused(ctx: Context, tool: str, error: ValidationError) -> None:
+        try:
+            who = principal_of(ctx)
+        except DossierError:
+            return  # no valid key: no org to file the refusal under
+        loc = error.errors()[0]["loc"] if error.errors() else ()
+        service.refused(who, "InvalidArguments", front_end=front_end, route=f"tool {tool}",
+                        field=".".join(str(p) for p in loc) or None)  # fmt: skip
+
+    return _Server("dossier", refused, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
+
+
+class _Server(MCPServer):
+    """The SDK's server, auditing calls whose arguments do not validate (by the field's name) and quoting at
+    most a little of the arguments in the tool error."""
+
+    def __init__(self, name: str, refused: Callable[[Context, str, ValidationError], None], **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self._refused = refused
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            if context is not None:
+                await anyio.to_thread.run_sync(self._refused, context, name, cause)
+            first = cause.errors()[0] if cause.errors() else {"loc": (), "msg": "invalid", "type": ""}
+            where = clip(".".join(str(p) for p in first["loc"]) or "arguments", 200, quote=False)
+            message = "unknown argument" if first["type"] == "extra_forbidden" else str(first["msg"])
+            raise ToolError(f"Error executing tool {name}: invalid arguments: {where}: {clip(message, 200, quote=False)}") from cause
 
 
 def _strict(tool: Tool) -> Tool:

@@ -17,9 +17,12 @@ ledger are rows in the data's own database (``Engine.service_store``), so servic
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import time
 import uuid
@@ -27,10 +30,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
-from .bundle import Document, Memory, Record, Section
+from .bundle import LABEL_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
 from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError
+from .identifiers import clip
 from .loading import LoadReport, document_from_markdown
 from .retrieve import parse_request
 from .schema import RecordRef, RetrieveRequest, RetrieveResponse
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
 
 KEY_PREFIX = "dk"
 ADMIN_ROLE = "admin"
+AUDITED = "_dossier_audited"  # set on an error whose audit row is written
+log = logging.getLogger("dossier.service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +59,29 @@ class Principal:
 
 
 # -- request bodies shared by the front ends ---------------------------------------------------------
+# Single-item writes are strict: an unknown field is refused (422) naming it, and nothing is written.
+# (Bundles, exported from other systems, ignore unknown fields and list them in the load report.)
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     call_id: str = Field(min_length=1, max_length=64, description="The call_id of an earlier retrieve call.")
-    rating: int = Field(ge=1, le=5, description="1 = useless or wrong, 3 = partly useful, 5 = exactly what was needed.")
+    rating: StrictInt = Field(ge=1, le=5, description="1 = useless or wrong, 3 = partly useful, 5 = exactly what was needed.")
     comment: str | None = Field(default=None, max_length=2000, description="What was missing or wrong (optional).")
+
+
+class NewIdentifiers(Identifiers):
+    """A new record's identifiers: the bundle's, with unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class NewRecord(Record):
     """A record to add or update; ``org`` may be left out (it is the key's)."""
 
-    org: str | None = None  # type: ignore[assignment]
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    org: Id | None = None  # type: ignore[assignment]
+    identifiers: NewIdentifiers = NewIdentifiers()
 
 
 class NewMemory(BaseModel):
@@ -72,11 +89,17 @@ class NewMemory(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    record: str = Field(min_length=1)
+    record: Id
     text: str = Field(min_length=1, max_length=20_000)
-    id: str | None = Field(default=None, min_length=1)
-    org: str | None = None
+    id: Id | None = None
+    org: Id | None = None
     created_at: datetime | None = None
+
+
+class NewSection(Section):
+    """A section of a new document: the bundle's, with unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class NewDocument(BaseModel):
@@ -84,14 +107,15 @@ class NewDocument(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str | None = Field(default=None, description="Required with sections; markdown may start with '# Title'.")
-    id: str | None = Field(default=None, min_length=1, description="Default: a slug of the title.")
-    org: str | None = None
-    doc_type: str = "guideline"
-    tags: list[str] = Field(default_factory=list)
-    visible_to_roles: list[str] | None = Field(default=None, description="Roles that may see it; null = whole org.")
-    attached_record: str | None = None
-    sections: list[Section] | None = None
+    title: str | None = Field(default=None, max_length=TITLE_MAX,
+                              description="Required with sections; markdown may start with '# Title'.")  # fmt: skip
+    id: Id | None = Field(default=None, description="Default: a slug of the title.")
+    org: Id | None = None
+    doc_type: Label = Field(default="guideline", max_length=LABEL_MAX)
+    tags: Labels = ()
+    visible_to_roles: Labels | None = Field(default=None, description="Roles that may see it; null = whole org.")
+    attached_record: Id | None = None
+    sections: list[NewSection] | None = None
     markdown: str | None = None
 
     @model_validator(mode="after")
@@ -179,7 +203,7 @@ class Service:
         try:
             parsed = parse_request(request)
         except InvalidRequest as exc:
-            self._audit(principal, call_id, front_end, at, started, None, None, exc, units=0)
+            self._settle(principal, call_id, front_end, at, started, None, exc)
             raise
         org = principal.org
         item, units = self.price(parsed, org=org)
@@ -192,11 +216,57 @@ class Service:
                 self._ledger(org, call_id, "adjust", item, -back, self.clock())
                 given_back = back
             self._audit(principal, call_id, front_end, at, started, parsed, response, None, units=units - given_back)
-        except BaseException as exc:  # the call (or its audit) failed: give back what is left of the charge
-            self._ledger(org, call_id, "refund", item, given_back - units, self.clock())
-            self._audit(principal, call_id, front_end, at, started, parsed, None, exc, units=0)
+        except BaseException as exc:  # the call (or its audit) failed: no answer; give back what is left of the charge
+            self._settle(principal, call_id, front_end, at, started, parsed, exc, refund=(item, given_back - units))
             raise
         return response
+
+    def _settle(
+        self, principal: Principal, call_id: str, front_end: str, at: float, started: float,
+        request: RetrieveRequest | None, error: BaseException, *, refund: tuple[str, int] | None = None,
+    ) -> None:  # fmt: skip
+        """After a call that failed: the refund and the audit row, each tried on its own. The call's own
+        error is what the caller gets; a refund or audit row that cannot be written either is logged."""
+        if refund is not None:
+            try:
+                self._ledger(principal.org, call_id, "refund", refund[0], refund[1], self.clock())
+            except Exception as exc:  # noqa: BLE001 - the call's error wins
+                log.warning("call %s: the refund could not be written (%s)", call_id, type(exc).__name__)
+        try:
+            self._audit(principal, call_id, front_end, at, started, request, None, error, units=0)
+        except Exception as exc:  # noqa: BLE001 - the call's error wins
+            log.warning("call %s: the audit row could not be written (%s)", call_id, type(exc).__name__)
+        else:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(error, AUDITED, True)  # the front end does not audit it a second time
+
+    def refused(
+        self, principal: Principal, error: BaseException | str, *, front_end: str, route: str,
+        status: int | None = None, field: str | None = None,
+    ) -> bool:  # fmt: skip
+        """Audit a request that was refused before anything ran (an invalid body, one over its limit, an
+        unknown route or call, another org's item): by its shape only, the route template, the status, the
+        error's class name and the offending field's name (:func:`audit_field`), never a value. False when
+        the row could not be written: the refusal still goes out (it releases nothing), and that is logged."""
+        if getattr(error, AUDITED, False):
+            return True
+        name = error if isinstance(error, str) else type(error).__name__
+        shape = {"route": route, "status": status, "invalid_field": audit_field(field)}
+        row = AuditRow(call_id=uuid.uuid4().hex, org=principal.org, caller=principal.caller, key_id=principal.key_id,
+                       front_end=front_end, at=self.clock(), latency_ms=0.0, mode=None, depth=None, outcome="error",
+                       error_type=name, units=0, shape=json.dumps(shape, separators=(",", ":"), sort_keys=True))  # fmt: skip
+        try:
+            self.store.add_audit(row)
+        except Exception as exc:  # noqa: BLE001 - a refusal is answered even so
+            log.warning("a refused request could not be audited (%s)", type(exc).__name__)
+            return False
+        return True
+
+    def ready(self) -> None:
+        """Raise :class:`~dossier.errors.StoreError` (or the driver's error) unless the store can be read
+        (the data and the service tables) and written (one committed row of the service tables)."""
+        self.engine.store.get_org(org="readyz")
+        self.store.check_ready(at=self.clock())
 
     def price(
         self, request: RetrieveRequest, response: RetrieveResponse | None = None, *, org: str
@@ -271,7 +341,7 @@ class Service:
     ) -> None:  # fmt: skip
         shape = call_shape(request, response)
         if isinstance(error, InvalidRequest):
-            shape["invalid_field"] = error.field
+            shape["invalid_field"] = audit_field(error.field)
         mode = response.mode if response is not None else (request.mode if request is not None else None)
         self.store.add_audit(
             AuditRow(
@@ -352,12 +422,16 @@ class Service:
             common = dict(org=principal.org, doc_type=d.doc_type, tags=d.tags, visible_to_roles=d.visible_to_roles,
                           attached_record=d.attached_record)  # fmt: skip
             if d.markdown is not None:
-                out.append(document_from_markdown(d.markdown, title=d.title, doc_id=d.id, **common))  # type: ignore[arg-type]
+                try:  # the document made of the markdown is validated as a bundle document is
+                    out.append(document_from_markdown(d.markdown, title=d.title, doc_id=d.id, **common))  # type: ignore[arg-type]
+                except ValidationError as exc:
+                    raise _invalid(Document, exc) from None
             else:
                 from .loading import slug
 
                 doc_id = d.id or slug(d.title or "")
-                out.append(_validate(Document, {"id": doc_id, "title": d.title, "sections": d.sections, **common}))
+                sections = [s.model_dump() for s in d.sections or []]
+                out.append(_validate(Document, {"id": doc_id, "title": d.title, "sections": sections, **common}))
         caller = self.engine.store.get_caller(principal.caller, org=principal.org)
         roles = set(caller.roles) if caller else set()
         for existing in self.engine.store.get_documents([d.id for d in out], org=principal.org):
@@ -443,13 +517,52 @@ def _plain(item: Any) -> Any:
 
 def _validate(model: type[BaseModel], data: Any, *, prefix: str = "") -> Any:
     """``model`` from ``data``, or :class:`InvalidRequest` naming the first offending field."""
-    from pydantic import ValidationError
-
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join([p for p in [prefix] if p] + [str(p) for p in first["loc"]]) or prefix or "body"
-        message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
-        raise InvalidRequest(f"invalid {model.__name__}: {where}: {message}", field=where) from None
+        raise _invalid(model, exc, prefix=prefix) from None
 
+
+def _invalid(model: type[BaseModel], exc: ValidationError, *, prefix: str = "") -> InvalidRequest:
+    first = exc.errors()[0]
+    where = ".".join([p for p in [prefix] if p] + [str(p) for p in first["loc"]]) or prefix or "body"
+    message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
+    where = clip(where, FIELD_ECHO, quote=False)
+    return InvalidRequest(f"invalid {model.__name__}: {where}: {clip(message, MESSAGE_ECHO, quote=False)}", field=where)
+
+
+#: The most characters of a field name (which may be the caller's own text) and of a message an error carries.
+FIELD_ECHO = 200
+MESSAGE_ECHO = 300
+
+
+@functools.cache
+def _known_names() -> frozenset[str]:
+    """Every field name of every request body and bundle model: the names an audit row may keep."""
+    from .bundle import Bundle
+
+    names: set[str] = {"body", "bundle", "record", "sections"}
+
+    def walk(schema: Any) -> None:
+        if isinstance(schema, dict):
+            for key, value in schema.items():
+                if key == "properties" and isinstance(value, dict):
+                    names.update(value)
+                walk(value)
+        elif isinstance(schema, list):
+            for value in schema:
+                walk(value)
+
+    for model in (RetrieveRequest, NewRecord, NewMemory, NewDocument, FeedbackRequest, Bundle):
+        walk(model.model_json_schema())
+    return frozenset(names)
+
+
+def audit_field(field: str | None) -> str | None:
+    """The offending field's path as the audit keeps it: a part that is not a field name of a request body
+    or bundle (an unknown field, a property name, a map key: text the caller made up) becomes ``?``."""
+    if field is None:
+        return None
+    parts = field.replace(":", ".").split(".")
+    kept = [p if p.isdigit() or p in _known_names() else "?" for p in parts]
+    return ".".join(kept)[:FIELD_ECHO]

@@ -111,6 +111,13 @@ class PostgresServiceStore:
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._run([(sql, params)])[0]
 
+    def check_ready(self, *, at: float) -> None:
+        self._run([
+            ("SELECT value FROM service_meta WHERE key = 'schema_version'", ()),
+            ("INSERT INTO service_meta VALUES ('ready_checked_at', %b) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+             (repr(at),)),
+        ])  # fmt: skip
+
     # -- keys --------------------------------------------------------------------------------------
     def add_key(self, key: ApiKey) -> None:
         self._run([("INSERT INTO api_keys VALUES (%b, %b, %b, %b, %b, %b, %b)",

@@ -123,6 +123,11 @@ class ServiceStore(Protocol):
     def close(self) -> None:
         """Release connections."""
 
+    def check_ready(self, *, at: float) -> None:
+        """Read the service tables and commit one small write (the time of this check, ``at``), so that a
+        store that can be read but not written (a full disk, a read-only file or database) is found;
+        :class:`~dossier.errors.StoreError` when either fails (nothing else changes)."""
+
     # -- keys --------------------------------------------------------------------------------------
     def add_key(self, key: ApiKey) -> None:
         """Store a new key; its id must be new."""

@@ -101,8 +101,14 @@ class SQLiteServiceStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            else:
+            try:
                 self._db.execute("COMMIT")
+            except BaseException:
+                # a COMMIT that failed (a full disk: SQLITE_FULL, SQLITE_IOERR) may leave the transaction
+                # open; roll it back, or every later BEGIN on this connection would fail too
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     def _write(self, sql: str, params: Sequence[Any] = ()) -> int:
         try:
@@ -117,6 +123,14 @@ class SQLiteServiceStore:
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"SQLite query failed: {exc}") from exc
+
+    def check_ready(self, *, at: float) -> None:
+        try:
+            with self._transaction() as db:
+                db.execute("SELECT value FROM service_meta WHERE key = 'schema_version'").fetchone()
+                db.execute("INSERT OR REPLACE INTO service_meta VALUES ('ready_checked_at', ?)", (repr(at),))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"SQLite read and write check failed (nothing was written): {exc}") from exc
 
     # -- keys --------------------------------------------------------------------------------------
     def add_key(self, key: ApiKey) -> None:
