@@ -287,3 +287,31 @@ def test_only_the_python_call_can_ask_for_the_full_trace(fresh_engine: dossier.E
     assert answered["route"]["documents"]["detail"]["not_found"] == ["doc-commission"]
     assert not [t for t in answered["trace"] if t["id"].startswith("doc-commission")]
     assert answered["withheld"] == {"recall": {"not_found": 1}}
+
+
+def test_mcp_has_no_way_to_the_full_trace(fresh_engine: dossier.Engine) -> None:
+    pytest.importorskip("mcp")
+    import asyncio
+    import json
+
+    from mcp import Client
+
+    from dossier.mcp import build_server
+    from dossier.service import Principal, Service
+
+    server = build_server(Service(fresh_engine), lambda ctx: Principal(org="northwind", caller="ana", key_id="k"))
+    body = {"fetch": ["doc-commission", "doc-refund"], "message": "What is the commission rate?", "trace": True}
+
+    async def work() -> tuple[Any, Any]:
+        async with Client(server) as client:
+            tool = next(t for t in (await client.list_tools()).tools if t.name == "retrieve_unified")
+            result = await client.call_tool("retrieve_unified", {**body, "full_trace": True})
+            return tool, result
+
+    tool, result = asyncio.run(work())
+    assert "full_trace" not in json.dumps(tool.input_schema)
+    text = result.content[0].text  # type: ignore[union-attr]
+    if not result.is_error:  # an unknown argument is refused or ignored, never obeyed
+        answered = json.loads(text)
+        assert not [t for t in answered["trace"] if t["id"].startswith("doc-commission")]
+        assert answered["withheld"] == {"recall": {"not_found": 1}}
