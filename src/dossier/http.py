@@ -506,7 +506,7 @@ def _check(value: Any) -> None:
     while stack:
         item, path = stack.pop()
         if len(path) > MAX_DEPTH:
-            raise BodyError(f"the body is nested more than {MAX_DEPTH} levels deep", _where(path[:MAX_DEPTH]))
+            raise BodyError(f"the body is nested more than {MAX_DEPTH} levels deep")
         if isinstance(item, str):
             if _has_surrogate(item):
                 raise BodyError("a lone surrogate escape (\\ud800-\\udfff) is not text", _where(path))

@@ -564,5 +564,9 @@ def audit_field(field: str | None) -> str | None:
     if field is None:
         return None
     parts = field.replace(":", ".").split(".")
-    kept = [p if p.isdigit() or p in _known_names() else "?" for p in parts]
+    kept: list[str] = []
+    for part in parts:
+        part = part if part.isdigit() or part in _known_names() else "?"
+        if not (part == "?" and kept[-1:] == ["?"]):  # a made-up name with dots in it is one "?"
+            kept.append(part)
     return ".".join(kept)[:FIELD_ECHO]
