@@ -315,3 +315,23 @@ def test_mcp_has_no_way_to_the_full_trace(fresh_engine: dossier.Engine) -> None:
         answered = json.loads(text)
         assert not [t for t in answered["trace"] if t["id"].startswith("doc-commission")]
         assert answered["withheld"] == {"recall": {"not_found": 1}}
+
+
+def test_the_evaluation_still_sees_where_governance_dropped_gold(sample_engine: dossier.Engine, sample_bundle: dict) -> None:
+    """``dossier eval`` runs in process with the full trace: a gold section the caller may not see is
+    reported lost at ``govern: not_visible`` (the caller's own trace would only count it)."""
+    from dossier.evaluation.dataset import Dataset, Question
+    from dossier.evaluation.metrics import losses
+    from dossier.evaluation.runner import run
+    from dossier.loading import read_bundle
+
+    question = Question.model_validate({
+        "id": "commission", "org": "northwind", "caller": "ana", "message": "What is our commission rate on multi-year deals?",
+        "gold": {"documents": ["doc-commission"], "sections": ["doc-commission-s2", "doc-commission-s3"]},
+    })  # fmt: skip
+    report = run(sample_engine, Dataset("one", read_bundle(sample_bundle), [question], sample_bundle))
+    found = {(l.id, l.layer, l.reason) for l in report.results[0].losses}
+    assert found == {("doc-commission-s2", "govern", "not_visible"), ("doc-commission-s3", "govern", "not_visible")}
+    assert report.leakage == 0
+    as_caller = sample_engine.retrieve({"message": question.message, "trace": True}, org="northwind", caller="ana")
+    assert {(l.layer, l.reason) for l in losses(question, as_caller)} == {("recall", "never_recalled")}
