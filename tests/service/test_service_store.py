@@ -145,3 +145,61 @@ def test_keys_sessions_audit_and_billing_work_on_every_backend(store_url: str, e
         assert page.mode == "expand" and page.record == first.record
         assert {u.item: u.net for u in service.usage("northwind")} == {"standard": 2, "expand": 1}
         assert service.call(who, first.call_id)["summary"]["shape"]["continuation"] is True
+
+
+def test_check_ready_reads_and_commits_a_write(open_service: Callable[[], ServiceStore]) -> None:
+    first, second = open_service(), open_service()
+    first.check_ready(at=1.0)
+    first.check_ready(at=2.0)  # again: the one row is replaced, not added
+    second.check_ready(at=3.0)  # another handle (another worker) at the same time
+
+
+def test_check_ready_fails_when_postgres_refuses_writes_while_reads_go_on(postgres_server) -> None:  # type: ignore[no-untyped-def]
+    """Write privileges revoked from the application's role: the database can be read, not written."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    from dossier.errors import StoreError
+
+    url = postgres_server.create_database()
+    store = service_store_from_url(url)
+    try:
+        store.add_key(ApiKey(id="k1", org="north", caller="ana", secret_hash="h" * 64, created_at=1.0))
+        store.check_ready(at=1.0)
+        admin = postgres_server.admin_url_of(conninfo_to_dict(url)["dbname"])
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public FROM dossier_test")
+            with pytest.raises(StoreError, match="permission denied"):
+                store.check_ready(at=2.0)
+            assert store.get_key("k1") is not None  # reads go on
+            conn.execute("GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO dossier_test")
+        store.check_ready(at=3.0)
+    finally:
+        store.close()
+        postgres_server.drop_database(url)
+
+
+def test_readiness_and_refusals_are_audited_on_every_backend(store_url: str, embedder) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    import dossier
+    from dossier.errors import InvalidRequest
+    from dossier.service import Principal, Service
+
+    from .conftest import BRIEF, SAMPLE
+
+    with dossier.open(store_url, embedder=embedder) as engine:
+        engine.load_bundle(SAMPLE)
+        service = Service(engine)
+        service.ready()
+        who = Principal(org="northwind", caller="ana", key_id="k1")
+        assert service.refused(who, "InvalidRequest", front_end="http", route="POST /v1/records", status=422,
+                               field="0.properties.jane@acme.com")  # fmt: skip
+        [row] = service.store.audit_rows(org="northwind", limit=1)
+        assert (row.outcome, row.error_type, row.units) == ("error", "InvalidRequest", 0)
+        assert json.loads(row.shape) == {"route": "POST /v1/records", "status": 422, "invalid_field": "0.properties.?"}
+        with pytest.raises(InvalidRequest):
+            service.retrieve(who, {**BRIEF, "trace": "true"})
+        [row] = service.store.audit_rows(org="northwind", limit=1)
+        assert row.error_type == "InvalidRequest" and json.loads(row.shape)["invalid_field"] == "trace"
+        assert "jane" not in repr(service.store.audit_rows(org="northwind", limit=10))
