@@ -264,7 +264,7 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
         return service.call(who, call_id, wait=wait)
 
     @app.get("/v1/calls/{call_id}/feedback", tags=["feedback"], response_model=list[FeedbackRow],
-             responses=_responses(401, 403, 404, 503))  # fmt: skip
+             responses=_responses(401, 403, 404, 422, 503))  # fmt: skip
     def get_feedback(call_id: str, who: Principal = Depends(principal)) -> list[dict[str, Any]]:
         """The ratings given to one of your org's calls."""
         return [_feedback(f) for f in service.feedback_for(who, call_id)]
