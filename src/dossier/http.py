@@ -475,7 +475,7 @@ def parse_json(raw: bytes) -> Any:
         raise BodyError(f"the body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except ValueError as exc:  # raised by the number hooks
         raise BodyError(str(exc)) from None
-    _check(value)
+    _check(value, strings=_SURROGATE_ESCAPE.search(raw) is not None)
     return value
 
 
@@ -500,23 +500,27 @@ def _has_surrogate(text: str) -> bool:
     return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)
 
 
-def _check(value: Any) -> None:
-    """Depth and lone surrogates, walked without recursion."""
-    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+#: A ``\uD800``-``\uDFFF`` escape: valid UTF-8 holds no surrogate, so only an escape can make one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _check(value: Any, *, strings: bool) -> None:
+    """Depth, and (when ``strings``) lone surrogates in strings and keys; walked without recursion, visiting
+    only containers' children."""
+    if strings and isinstance(value, str) and _has_surrogate(value):
+        raise BodyError("a lone surrogate escape (\\ud800-\\udfff) is not text")
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())] if isinstance(value, (dict, list)) else []
     while stack:
         item, path = stack.pop()
-        if len(path) > MAX_DEPTH:
+        if len(path) >= MAX_DEPTH:
             raise BodyError(f"the body is nested more than {MAX_DEPTH} levels deep")
-        if isinstance(item, str):
-            if _has_surrogate(item):
-                raise BodyError("a lone surrogate escape (\\ud800-\\udfff) is not text", _where(path))
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if _has_surrogate(key):
-                    raise BodyError("a lone surrogate escape (\\ud800-\\udfff) in a key is not text", _where(path))
-                stack.append((child, (*path, key)))
-        elif isinstance(item, list):
-            stack.extend((child, (*path, str(i))) for i, child in enumerate(item))
+        for key, child in item.items() if isinstance(item, dict) else enumerate(item):
+            if isinstance(child, (dict, list)):
+                stack.append((child, (*path, str(key))))
+            elif strings and isinstance(child, str) and _has_surrogate(child):
+                raise BodyError("a lone surrogate escape (\\ud800-\\udfff) is not text", _where((*path, str(key))))
+            if strings and isinstance(key, str) and _has_surrogate(key):
+                raise BodyError("a lone surrogate escape (\\ud800-\\udfff) in a key is not text", _where(path))
 
 
 def _where(path: tuple[str, ...]) -> str:
@@ -651,7 +655,8 @@ class Gate:
         body, replayed = b"".join(chunks), False
         if method == "POST" and path in JSON_ROUTES:
             try:
-                scope[_BODY] = parse_json(body)
+                # a big body (a bundle) is parsed off the event loop
+                scope[_BODY] = parse_json(body) if len(body) < 1 << 16 else await run_in_threadpool(parse_json, body)
             except BodyError as exc:
                 await refuse(422, f"invalid request: {exc.field}: {exc}", "InvalidBody", exc.field)
                 return
