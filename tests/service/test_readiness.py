@@ -83,10 +83,14 @@ def test_readyz_shows_a_store_that_cannot_be_written_and_no_call_answers_without
         # reads of the service tables and refusals go on; a refusal releases nothing, so its audit row may fail
         assert http.get("/v1/usage", headers=ana).json() == usage_before
         assert http.post("/v1/retrieve", json={**BRIEF, "trace": "yes"}, headers=ana).status_code == 422
+        memory = {"record": "rec-jane", "text": "Asked for a call back on Friday.", "id": "mem-full-disk"}
+        written = http.post("/v1/memories", json=memory, headers=ana)
+        assert written.status_code == 503 and set(written.json()) == {"detail"}, written.text
         assert http.get("/readyz").status_code == 503  # still: the failed writes left no transaction open
     finally:
         resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (soft, hard))  # the disk is freed
     assert http.get("/readyz").json() == {"status": "ready"}
+    assert http.post("/v1/memories", json=memory, headers=ana).status_code == 200  # written now, once
     after = http.post("/v1/retrieve", json=BRIEF, headers=ana)
     assert after.status_code == 200 and after.json()["record"]["id"] == "rec-jane"
     usage = http.get("/v1/usage", headers=ana).json()
