@@ -41,6 +41,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help=f"directory holding {ext.LOCOMO_FILE} (default: ${ext.DATA_ENV} or ../shared/data)")
     parser.add_argument("--limit", type=int, default=None, help="ask only the first N questions")
+    parser.add_argument("--split", choices=ext.SPLITS, default="all",
+                        help="the rankers' training or held-out split (bench/train_ranker.py), or all")
     args = parser.parse_args()
     path = ext.data_dir(args.data, repo_root=REPO) / ext.LOCOMO_FILE
     if not path.is_file():
@@ -48,7 +50,8 @@ def main() -> int:
         return 0
     samples = ext.read_json(path)
     yardstick = ext.load_locomo(samples)
-    questions = yardstick.questions[: args.limit] if args.limit else yardstick.questions
+    questions = ext.on_side(yardstick.questions, args.split, "record_id")
+    questions = questions[: args.limit] if args.limit else questions
     # load only the conversations the asked questions need
     wanted = {q.record_id for q in questions}
     bundle = ext.locomo_bundle([s for s in samples if s["sample_id"] in wanted])

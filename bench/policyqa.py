@@ -39,6 +39,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help=f"directory holding {ext.POLICYQA_FILE} (default: ${ext.DATA_ENV} or ../shared/data)")
     parser.add_argument("--limit", type=int, default=None, help="ask only the first N questions")
+    parser.add_argument("--split", choices=ext.SPLITS, default="all",
+                        help="the rankers' training or held-out split (bench/train_ranker.py), or all")
     args = parser.parse_args()
     path = ext.data_dir(args.data, repo_root=REPO) / ext.POLICYQA_FILE
     if not path.is_file():
@@ -46,7 +48,8 @@ def main() -> int:
         return 0
     squad = ext.read_json(path)
     yardstick = ext.load_policyqa(squad)
-    questions = yardstick.questions[: args.limit] if args.limit else yardstick.questions
+    questions = ext.on_side(yardstick.questions, args.split, "document_id")
+    questions = questions[: args.limit] if args.limit else questions
     wanted = {q.document_id for q in questions}
     bundle = dict(yardstick.bundle, documents=[d for d in yardstick.bundle["documents"] if d["id"] in wanted])
 

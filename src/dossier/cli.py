@@ -79,6 +79,8 @@ def _print_report(report: LoadReport, *, where: str, to: Console = console) -> N
         table.add_row(kind, *(str(getattr(report, f).get(kind, 0)) for f in ("inserted", "updated", "unchanged")))
     to.print(table)
     to.print(f"embedded {report.embedded} text(s); inserted {report.total_inserted}, updated {report.total_updated}")
+    for line in report.ignored_lines():
+        to.print(line, highlight=False)
 
 
 @app.command()
@@ -354,10 +356,39 @@ def calibrate(
         if json_out is not None:
             json_out.write_text(json.dumps(result.as_dict(), indent=2), encoding="utf-8")
         if write:
+            fits = _fit_rankers(data, orgs)
             with dossier.open(_url(db)) as target:
                 for org in orgs:
-                    target.save_org_settings(org, {"thresholds": dataclasses.asdict(result.thresholds)})
+                    own = {"thresholds": dataclasses.asdict(result.thresholds)}
+                    if fits[org].spec is not None:
+                        own["rankers"] = {"sections": fits[org].spec}
+                    target.save_org_settings(org, own)
+                    console.print(f"{org}: section ranker: {fits[org].reason}")
             console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {_url(db)}")
+
+
+def _fit_rankers(data, orgs: list[str]) -> dict:  # type: ignore[no-untyped-def]
+    """Each org's own section ranker, fitted on its labelled questions (or the reason it keeps the shipped one)."""
+    import tempfile
+
+    from .evaluation.fit import OrgFit, fit_org
+    from .layers.features import SECTION_FEATURES
+    from .providers.ranker import RankerUnavailable, shipped
+
+    try:
+        base = shipped("sections", SECTION_FEATURES)
+    except RankerUnavailable as exc:
+        return {org: OrgFit(org, None, f"no shipped ranker to compare with ({exc})", {}) for org in orgs}
+    with tempfile.TemporaryDirectory(prefix="dossier-fit-") as tmp, dossier.open(f"sqlite:///{tmp}/f.db") as engine:
+        engine.load_bundle(data.bundle)
+        fits = {}
+        with err.status("fitting section rankers"):
+            for org in orgs:
+                try:
+                    fits[org] = fit_org(engine, data.questions, org=org, shipped=base)
+                except DossierError as exc:  # scikit-learn missing, nothing to learn from ...
+                    fits[org] = OrgFit(org, None, f"{exc}: the shipped ranker stays", {})
+        return fits
 
 
 # -- the service: keys, usage, HTTP and MCP servers (docs/service.md) ---------------------------------

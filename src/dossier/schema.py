@@ -137,6 +137,7 @@ class SectionItem(BaseModel):
     text: str
     score: float | None = None
     confidence: Literal["high", "low", "supplementary"] = "high"
+    relevance: int | None = None  # 1-5, from the learned ranker's probability (None when it did not run)
     truncated: bool = False
 
 

@@ -99,6 +99,9 @@ class Settings:
     first_pick_relevance: int = 3
     other_pick_relevance: int = 4
     max_supplementary: int = 3
+    # learned rankers: an org's own models (``dossier calibrate --write``); None = the shipped ones
+    rankers: Mapping[str, Any] | None = None
+    memory_candidates: int = 100  # tier 2: per retriever, before the memory ranker
     # understand
     filter_confidence: float = 0.7
     # budget

@@ -293,6 +293,31 @@ def sections_pipeline(engine: "Engine", q: SectionQuestion) -> list[str]:
     return [i.section_id for i in response.sources["documents"].items]  # type: ignore[union-attr]
 
 
+# -- the fixed training / held-out splits of the learned rankers (bench/train_ranker.py) --------------------
+LOCOMO_TRAIN_CONVERSATIONS = 3
+SPLITS = ("train", "test", "all")
+
+
+def policyqa_side(document_id: str, document_ids: Iterable[str]) -> str:
+    """``train`` for policies at even positions in sorted order, ``test`` for the others."""
+    return "train" if sorted(set(document_ids)).index(document_id) % 2 == 0 else "test"
+
+
+def locomo_side(record_id: str, record_ids: Iterable[str]) -> str:
+    """``train`` for the first three conversations in sorted order, ``test`` for the others."""
+    return "train" if sorted(set(record_ids)).index(record_id) < LOCOMO_TRAIN_CONVERSATIONS else "test"
+
+
+def on_side(questions: Sequence[Any], side: str, unit: str) -> list[Any]:
+    """The questions of one split (``all``: every question); ``unit`` is the attribute the split is by."""
+    if side == "all":
+        return list(questions)
+    units = [getattr(q, unit) for q in questions]
+    by = policyqa_side if unit == "document_id" else locomo_side
+    sides = {u: by(u, units) for u in set(units)}
+    return [q for q in questions if sides[getattr(q, unit)] == side]
+
+
 # -- reporting -----------------------------------------------------------------------------------------
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain text table: first column left-aligned, the rest right-aligned; floats to 3 places."""

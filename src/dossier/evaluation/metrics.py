@@ -40,6 +40,7 @@ class QuestionResult:
     gold: dict[str, set[str]] = field(default_factory=dict)  # memory | property | section -> gold ids
     candidate_scores: dict[str, list[tuple[str, float, bool]]] = field(default_factory=dict)
     model: dict[str, dict[str, int]] = field(default_factory=dict)  # layer -> calls, tokens (model_cost)
+    rankers: dict[str, str] = field(default_factory=dict)  # source -> the ranker that ran (route detail)
 
 
 #: The layer each model step belongs to (``route["model"].detail["steps"]`` is keyed by step).

@@ -35,6 +35,9 @@ def render_eval(console: Console, report: EvalReport) -> None:
     )
     for leak in report.leaked:
         console.print(f"  [red]leaked[/] {leak}", highlight=False)
+    for source, used in report.rankers.items():
+        ran = ", ".join(f"{name} ({n} calls)" for name, n in sorted(used.items()))
+        console.print(f"{source} ranker: {ran}", highlight=False)
     if report.model_by_layer:
         cost = Table(title="model cost per layer (all questions)", title_justify="left")
         for column in ("layer", "calls", "errors", "prompt tokens", "cached", "completion tokens", "per question"):

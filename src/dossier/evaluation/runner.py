@@ -35,13 +35,14 @@ class EvalReport:
     losses: dict[str, int]  # "layer: reason" -> count
     results: list[QuestionResult] = field(default_factory=list, repr=False)
     model_by_layer: dict[str, dict[str, int]] = field(default_factory=dict)  # layer -> calls, errors, tokens
+    rankers: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> ranker that ran -> calls
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset, "store": self.store, "questions": self.questions, "overall": self.overall,
             "by_category": self.by_category, "counts": self.counts, "leakage": self.leakage, "leaked": self.leaked,
             "latency_ms": self.latency_ms, "model_calls": self.model_calls, "tokens": self.tokens,
-            "model_by_layer": self.model_by_layer, "losses": self.losses,
+            "model_by_layer": self.model_by_layer, "losses": self.losses, "rankers": self.rankers,
             "per_question": [
                 {"id": r.id, "category": r.category, "metrics": r.metrics, "latency_ms": round(r.latency_ms, 2),
                  "leaks": r.leaks, "losses": [f"{l.kind} {l.id}: {l.layer} {l.reason}" for l in r.losses],
@@ -92,6 +93,8 @@ def run(engine: Engine, dataset: Dataset, *, request: dict[str, Any] | None = No
                 gold={"memory": set(question.gold.memories), "property": set(question.gold.properties),
                       "section": set(question.gold.sections)},
                 model=model_cost(response),
+                rankers={source: str(response.route[source].detail["ranker"]) for source in ("documents", "memories")
+                         if source in response.route and "ranker" in response.route[source].detail},
             )
         )  # fmt: skip
         if progress:
@@ -106,6 +109,10 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
     loss_counts = Counter(f"{l.layer}: {l.reason}" for r in results for l in r.losses)
     leaked = sorted({f"{r.id}: {leak}" for r in results for leak in r.leaks})
     latencies = [r.latency_ms for r in results]
+    rankers: dict[str, dict[str, int]] = {}
+    for r in results:
+        for source, ranker in r.rankers.items():
+            rankers.setdefault(source, {})[ranker] = rankers.get(source, {}).get(ranker, 0) + 1
     by_layer: dict[str, dict[str, int]] = {}
     for r in results:
         for layer, used in r.model.items():
@@ -122,7 +129,7 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
                     "p95": round(_percentile(latencies, 0.95), 2)},
         model_calls=sum(u["calls"] for u in by_layer.values()),
         tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in by_layer.values()),
-        losses=dict(loss_counts.most_common()), results=results, model_by_layer=by_layer,
+        losses=dict(loss_counts.most_common()), results=results, model_by_layer=by_layer, rankers=rankers,
     )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..bundle import property_display
 from ..schema import SOURCE_NAMES, EdgeItem, Route, ExternalItem, MemoryItem, PropertyItem, SectionItem, SourceName, item_key
 from .context import Call
 
@@ -22,7 +23,7 @@ def packed_text(item: Any) -> str:
     if isinstance(item, MemoryItem):
         return f"{item.created_at:%Y-%m-%d} {item.text}"
     if isinstance(item, PropertyItem):
-        return f"{item.record_id}.{item.name}: {item.value}"
+        return f"{item.record_id}.{item.name}: {property_display(item.value)}"
     if isinstance(item, SectionItem):
         return f"{item.title} > {item.heading}\n{item.text}"
     if isinstance(item, EdgeItem):

@@ -67,6 +67,7 @@ class Understanding:
     filters_source: str = "none"  # caller | inferred | none
     inferred: dict[str, Any] = field(default_factory=dict)
     document_query: str = ""
+    memory_query: str = ""  # the part of a multi-part question about the customer (else the question)
     rephrasings: list[str] = field(default_factory=list)
 
 

@@ -1,34 +1,48 @@
 """Layer 5, select sections: cut out the part of a document that answers, not the whole document.
 
-1. A clear winner (top score >= 0.55, ahead of the second by >= 0.12) is taken without a selector,
-   unless lexical-only candidates are present (their cosine score undersells an exact match).
-2. Otherwise a :class:`Selector` picks at most three sections (first relevance >= 3/5, others >= 4/5).
-   The model-backed selector (:mod:`dossier.layers.model_steps`) runs only in ``deep`` calls with a
-   model; a pick that names no section of a candidate document is ignored and reported
-   (``unknown_picks``). If it fails, or none of its picks exists, the heuristic picks and the documents
-   route says ``deep_timeout`` / ``deep_error`` (``selector_fallback: selector_error``).
-3. A more specific sibling document replaces a pick (its title ends with the pick's title and is
-   longer, and it scores >= 80% of the pick), keeping the same section where it has one. What makes
-   it more specific (the title's extra words, "EMEA") must be named by the question or the resolved
-   record's properties: with MiniLM a regional sibling scores within 80% of the general document on
-   nearly every question, so the score alone cannot tell (docs/thresholds.md).
-4. Fallbacks: no pick -> the best candidate >= 0.30 (low confidence); unpicked candidates >= 0.65 come
-   as supplementary (up to three); still nothing -> the best candidate >= 0.40.
+With the learned section ranker (:mod:`dossier.providers.ranker`, the default) every governed candidate
+gets a probability of answering from the evidence it was found with (:mod:`dossier.layers.features`:
+cosine, BM25 of text and headings, fused rank, its document's other sections, the record's context,
+length and position), and :class:`Decision` chooses on that probability, with thresholds stored in
+the model and measured on its training questions:
 
-Fetch mode, and filter mode without a question, return their documents' sections as ranked, with no
-selection. System documents never get here (govern removed them).
+1. A clear winner (probability >= ``clear_winner``, ahead of the second by ``clear_margin``) is
+   taken alone.
+2. Otherwise up to three picks: the first needs ``first_pick`` (relevance 3 of 5), every later one
+   ``other_pick`` (4 of 5); each item carries its relevance.
+3. A more specific sibling document replaces a pick (its title ends with the pick's title and is
+   longer, what makes it more specific, "EMEA", is named by the question or the resolved record, and
+   its best section reaches ``sibling_ratio`` of the pick's probability), keeping the same section
+   heading where it has one.
+4. No pick: the best candidate at ``fallback_low`` or above comes as low confidence; unpicked
+   candidates at ``supplementary`` or above come as supplementary (up to three). Below that nothing
+   comes back: the call abstains.
+
+Without the ranker (a reranker or a model-backed selector ran in a deep call, or no usable model
+file: the route says which) selection runs on cosine scores: a clear winner (top >= 0.55, ahead of
+the second by >= 0.12, no lexical-only candidates), a :class:`Selector` (heuristic or model) picking
+at most three sections, the sibling rule on scores, and the fallbacks best >= 0.30 (low), unpicked
+>= 0.65 (supplementary), best >= 0.40 (last resort).
+
+Fetch mode, and filter mode without a question, return their documents' sections: ranked by the
+ranker when there is a question, else in order. System documents never get here (govern removed them).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
+
+import numpy as np
 
 from ..bundle import Document, Section
+from ..providers import ranker as rankers
+from ..providers.ranker import LinearRanker, RankerUnavailable
 from ..schema import SectionItem
 from ..stores.fulltext import terms
 from .context import Call, SectionCandidate
+from .features import SECTION_FEATURES, context_words, section_features
 
 
 @dataclass(frozen=True)
@@ -77,9 +91,151 @@ def select_sections(call: Call) -> None:
     if not candidates:
         return
     route = call.route["documents"]
-    if call.plan and (call.plan.mode == "fetch" or (call.plan.mode == "filter" and not call.message)):
-        call.candidates["documents"] = [_item(call, c, "high") for c in candidates]
+    whole = bool(call.plan and (call.plan.mode == "fetch" or (call.plan.mode == "filter" and not call.message)))
+    ranker = _ranker(call, whole=whole)
+    if whole:
+        if ranker is not None and call.message:  # the document's sections, best first by the ranker
+            probabilities = ranker.probabilities(section_rows(call, candidates))
+            order = sorted(range(len(candidates)), key=lambda i: (-probabilities[i], candidates[i].section_id))
+            call.candidates["documents"] = [_item(call, candidates[i], "high", probabilities[i]) for i in order]
+        else:
+            call.candidates["documents"] = [_item(call, c, "high") for c in candidates]
         return
+    if ranker is not None:
+        chosen = _select_ranked(call, candidates, ranker)
+    else:
+        chosen = [(c, confidence, None) for c, confidence in _select_heuristic(call, candidates)]
+    picked = {c.section_id for c, _, _ in chosen}
+    for c in candidates:
+        if c.section_id not in picked:
+            call.note("documents", c.section_id, "select", "dropped", "not_selected", c.score)
+    call.candidates["documents"] = [_item(call, c, confidence, p) for c, confidence, p in chosen]
+
+
+def _ranker(call: Call, *, whole: bool) -> LinearRanker | None:
+    """The learned section ranker for this call, or None where the heuristic ranks: a reranker or a
+    model-backed selector ran (deep), or no usable model (the route says why)."""
+    route = call.route["documents"]
+    if any(c.rerank is not None for c in call.sections):
+        route.detail["ranker"] = "reranker"
+        return None
+    if not whole and call.plan and call.plan.model_steps and getattr(call.engine.selector, "uses_model", False):
+        route.detail["ranker"] = "model selector"
+        return None
+    try:
+        ranker = rankers.for_settings(call.settings.rankers, "sections", SECTION_FEATURES)
+    except RankerUnavailable as exc:
+        route.detail["ranker"] = "heuristic"
+        route.detail["ranker_fallback"] = str(exc)
+        return None
+    route.detail["ranker"] = ranker.name
+    return ranker
+
+
+def section_rows(call: Call, candidates: list[SectionCandidate]) -> np.ndarray:
+    """The ranker's feature rows for ``candidates``: the question, the documents and the record's context."""
+    res = call.resolution
+    records = [res.record, *res.aliases] if res.record is not None and not res.tombstone else []
+    context = context_words(v for record in records for v in record.properties.values())
+    return section_features(call.message, candidates, call.documents, context)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What selection does with candidates ranked by probability, as a pure function (training uses it)."""
+
+    first_pick: float = 0.4
+    other_pick: float = 0.6
+    clear_winner: float = 0.7
+    clear_margin: float = 0.3
+    fallback_low: float = 0.15
+    supplementary: float = 0.6
+    sibling_ratio: float = 0.8
+
+    @classmethod
+    def of(cls, ranker: LinearRanker) -> "Decision":
+        defaults = cls()
+        return cls(**{name: ranker.threshold(name, getattr(defaults, name)) for name in cls.__dataclass_fields__})
+
+    def choose(
+        self, ranked: list[tuple[SectionCandidate, float]], *, max_picks: int, max_supplementary: int,
+        sibling: Callable[[SectionCandidate, float], tuple[SectionCandidate, float] | None] = lambda c, p: None,
+    ) -> tuple[list[tuple[SectionCandidate, str, float]], str]:  # fmt: skip
+        """(chosen candidates with confidence and probability, how they were chosen)."""
+        if not ranked:
+            return [], "none"
+        top = ranked[0][1]
+        second = ranked[1][1] if len(ranked) > 1 else 0.0
+        chosen: list[tuple[SectionCandidate, str, float]] = []
+        if top >= self.clear_winner and top - second >= self.clear_margin:
+            how, picks = "clear_winner", [ranked[0]]
+        else:
+            how, picks = "ranked", []
+            for c, p in ranked:
+                if len(picks) < max_picks and p >= (self.first_pick if not picks else self.other_pick):
+                    picks.append((c, p))
+        for c, p in picks:
+            c, p = sibling(c, p) or (c, p)
+            if all(c.section_id != o.section_id for o, _, _ in chosen):
+                chosen.append((c, "high", p))
+        if not chosen and top >= self.fallback_low:
+            chosen.append((ranked[0][0], "low", top))
+            how = "best_candidate_low"
+        picked = {c.section_id for c, _, _ in chosen}
+        extra = [(c, p) for c, p in ranked if c.section_id not in picked and p >= self.supplementary]
+        chosen.extend((c, "supplementary", p) for c, p in extra[:max_supplementary])
+        return chosen, how
+
+
+def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: LinearRanker) -> list[tuple[SectionCandidate, str, float | None]]:
+    route, settings = call.route["documents"], call.settings
+    probabilities = ranker.probabilities(section_rows(call, candidates))
+    p_of = {c.section_id: float(p) for c, p in zip(candidates, probabilities)}
+    ranked = sorted(zip(candidates, (float(p) for p in probabilities)), key=lambda cp: (-cp[1], cp[0].section_id))
+    decision = Decision.of(ranker)
+
+    def sibling(pick: SectionCandidate, p: float) -> tuple[SectionCandidate, float] | None:
+        replacement = _sibling_of(call, pick, candidates, lambda c: p_of.get(c.section_id, 0.0), decision.sibling_ratio * p)
+        if replacement is None:
+            return None
+        return replacement, p_of.get(replacement.section_id, p)
+
+    chosen, how = decision.choose(ranked, max_picks=settings.max_picks, max_supplementary=settings.max_supplementary,
+                                  sibling=sibling)  # fmt: skip
+    route.detail["selector"] = how if how in ("clear_winner", "none") else "ranker"
+    if how == "best_candidate_low":
+        route.detail["fallback"] = how
+    route.detail["lexical_only"] = sum(c.lexical_only for c in candidates)
+    return [(c, confidence, p) for c, confidence, p in chosen]
+
+
+def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCandidate], score, floor: float) -> SectionCandidate | None:  # type: ignore[no-untyped-def]
+    """A more specific sibling document's section to answer instead of ``pick`` (its title ends with the
+    pick's document title and is longer; what makes it more specific is named by the question or the
+    record; its best candidate scores at least ``floor``): the section with the same heading, else its best."""
+    document = call.documents.get(pick.document_id)
+    if document is None:
+        return None
+    for doc_id in dict.fromkeys(c.document_id for c in candidates):
+        sibling = call.documents.get(doc_id)
+        if sibling is None or doc_id == pick.document_id:
+            continue
+        if not (sibling.title.lower().endswith(document.title.lower()) and len(sibling.title) > len(document.title)):
+            continue
+        own = [c for c in candidates if c.document_id == doc_id]
+        best = max(own, key=score)
+        if score(best) < floor or not _qualifier_applies(call, sibling.title[: -len(document.title)]):
+            continue
+        replacement = _same_section(pick, document, sibling, candidates, best.score) or best
+        call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
+        call.route["documents"].detail.setdefault("siblings", []).append([pick.section_id, replacement.section_id])
+        return replacement
+    return None
+
+
+def _select_heuristic(call: Call, candidates: list[SectionCandidate]) -> list[tuple[SectionCandidate, str]]:
+    """Selection without the learned ranker: cosine thresholds and the selector (heuristic or model)."""
+    route = call.route["documents"]
     t, settings = call.settings.thresholds, call.settings
     ranked = sorted(candidates, key=rank_key)
     lexical_only = [c for c in candidates if c.lexical_only]
@@ -107,11 +263,7 @@ def select_sections(call: Call) -> None:
     if not chosen and ranked[0].score >= t.fallback_last:
         chosen.append((ranked[0], "low"))
         route.detail["fallback"] = "best_candidate_last"
-    picked = {c.section_id for c, _ in chosen}
-    for c in candidates:
-        if c.section_id not in picked:
-            call.note("documents", c.section_id, "select", "dropped", "not_selected", c.score)
-    call.candidates["documents"] = [_item(call, c, confidence) for c, confidence in chosen]
+    return chosen
 
 
 def rank_key(c: SectionCandidate) -> tuple:
@@ -247,10 +399,11 @@ def _same_section(
     return known or SectionCandidate(section_id=match.id, document_id=sibling.id, score=score)
 
 
-def _item(call: Call, c: SectionCandidate, confidence: str) -> SectionItem:
+def _item(call: Call, c: SectionCandidate, confidence: str, probability: float | None = None) -> SectionItem:
     document = call.documents[c.document_id]
     section = next(s for s in document.sections if s.id == c.section_id)
     return SectionItem(
         document_id=document.id, section_id=section.id, title=document.title, heading=section.heading,
         text=section.text, score=round(c.score, 4) if c.score else None, confidence=confidence,  # type: ignore[arg-type]
+        relevance=None if probability is None else rankers.relevance(float(probability)),
     )  # fmt: skip

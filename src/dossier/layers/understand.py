@@ -129,7 +129,46 @@ def understand(call: Call) -> None:
     if any(uses_model(step) for step in (call.engine.filter_inferrer, call.engine.augmenter)) and call.plan:
         route.backend = "model" if call.plan.model_steps else "rules"
     query = _EXPLICIT.sub(" ", call.message).strip()
-    u.document_query = " ".join([query, *u.rephrasings]).strip()
+    documents_part, memories_part = split_question(query)
+    u.document_query = " ".join([documents_part, *u.rephrasings]).strip()
+    u.memory_query = memories_part
+    if call.message:
+        route.detail["document_query"], route.detail["memory_query"] = u.document_query, u.memory_query
+
+
+# A multi-part question ("What pricing did we discuss, and what discount rules apply?") asks two sources
+# two things: the document query keeps the parts that ask for rules, policy or process, the memory
+# query the parts about the customer. A question whose parts are not one of each is asked whole.
+_PARTS = re.compile(
+    r"\s*(?:[?;]\s+|,\s*(?:and|but|also|plus)\s+|\s+(?:and|but|also|plus)\s+(?=(?:what|which|how|when|where|who|whether|"
+    r"does|do|is|are|can|should|must|may)\b))",
+    re.IGNORECASE,
+)
+_RULES = re.compile(
+    r"\b(rules?|polic(?:y|ies)|process(?:es)?|procedures?|guidelines?|playbooks?|handbook|allowed|permitted|"
+    r"apply|applies|required?|requirements?|eligib\w*|entitled|limits?|standards?|must|allowed|how (?:do|does|long|many|much) (?:we|i|you|one)|"
+    r"what (?:is|are) the|sla)\b",
+    re.IGNORECASE,
+)
+_CUSTOMER = re.compile(
+    r"\b(did (?:we|i|you|they|she|he)|we (?:discuss|discussed|told|tell|offer|offered|promise|promised|agree|agreed|talk|talked|send|sent|quote|quoted)|"
+    r"(?:she|he|they) (?:said|asked|mentioned|wanted|told|complained|raised|reported)|"
+    r"(?:her|his|their|him|them)\b|last (?:call|meeting|time|conversation|email)|know about|history with)",
+    re.IGNORECASE,
+)
+
+
+def split_question(message: str) -> tuple[str, str]:
+    """(document query, memory query): the rules part and the customer part of a multi-part question,
+    or the whole question twice when it is not one of each."""
+    parts = [p.strip(" ,.?") for p in _PARTS.split(message) if p and len(p.split()) >= 2]
+    if len(parts) < 2:
+        return message, message
+    rules = [p for p in parts if _RULES.search(p) and not _CUSTOMER.search(p)]
+    customer = [p for p in parts if _CUSTOMER.search(p) and not _RULES.search(p)]
+    if not rules or not customer:
+        return message, message
+    return "; ".join(rules) + "?", "; ".join(customer) + "?"
 
 
 def uses_model(step: object) -> bool:

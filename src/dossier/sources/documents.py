@@ -207,8 +207,14 @@ class DocumentsSource:
             )
             fused = call.engine.fuse([hits, words or []], call.settings.rrf_k)
             scores = {h.id: h.score for h in hits}
+            vector_rank = {h.id: r for r, h in enumerate(hits, start=1)}
+            text_rank = {h.id: r for r, h in enumerate(words or [], start=1)}
+            best_text = max((h.score for h in words or []), default=0.0)
+            text_score = {h.id: (h.score / best_text if best_text > 0 else 0.0) for h in words or []}
             for c in candidates:
                 c.score, c.fused = scores.get(c.section_id, 0.0), fused.get(c.section_id, 0.0)
+                c.vector_rank, c.text_rank = vector_rank.get(c.section_id), text_rank.get(c.section_id)
+                c.text_score = text_score.get(c.section_id, 0.0)
             candidates.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
             route.backend, route.detail["ranked"] = ("hybrid" if words else "vector"), True
         return candidates

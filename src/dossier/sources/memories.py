@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..layers.features import MEMORY_FEATURES, MemoryEvidence, memory_features
+from ..providers import ranker as rankers
+from ..providers.ranker import RankerUnavailable
 from ..schema import MemoryItem
 from . import Skipped
 
@@ -42,34 +45,37 @@ class MemoriesSource:
         return settings.semantic_memories_enabled and (allow is None or call.org in allow)
 
     def _semantic(self, call, record_ids: list[str], tier1: list[MemoryItem]) -> list[MemoryItem]:  # type: ignore[no-untyped-def]
-        """Tier 2: memories close to the question by meaning (above the floor) or by words (full
-        text), fused by reciprocal rank; the recent tier's own items are left out."""
-        settings = call.settings
-        floor = settings.thresholds.memory_semantic
+        """Tier 2: memories close to the question by meaning or by words, the recent tier's own items
+        left out, ranked by the learned memory ranker (its probability floor decides what comes back);
+        without a usable ranker model, by the heuristic: a cosine floor and reciprocal rank fusion."""
+        settings, route = call.settings, call.route["memories"]
+        query = call.understanding.memory_query or call.message
+        vector = call.query_vector() if query == call.message else call.engine.embed_query(query)
+        try:
+            ranker = rankers.for_settings(settings.rankers, "memories", MEMORY_FEATURES)
+        except RankerUnavailable as exc:
+            ranker = None
+            route.detail["ranker"], route.detail["ranker_fallback"] = "heuristic", str(exc)
         wanted = settings.semantic_memories + len(tier1)
-        hits = call.store.search_vectors("memory", call.query_vector(), org=call.org, parents=record_ids, limit=wanted)
+        pool = max(wanted, settings.memory_candidates) if ranker is not None else wanted
+        hits = call.store.search_vectors("memory", vector, org=call.org, parents=record_ids, limit=pool)
         recent = {m.id: m for m in tier1}
         cosine = {h.id: h.score for h in hits}
         for memory_id, score in cosine.items():
             if memory_id in recent:
                 recent[memory_id].score = score
-        above = [h for h in hits if h.id not in recent and h.score >= floor]
         words = call.guarded(
             "memories",
-            lambda: call.store.search_text("memory", call.message, org=call.org, parents=record_ids, limit=wanted),
+            lambda: call.store.search_text("memory", query, org=call.org, parents=record_ids, limit=pool),
             what="full-text memory search",
         )
         lexical = [h for h in words or [] if h.id not in recent]
-        fused = (
-            call.engine.fuse([above, lexical], settings.memory_rrf_k, [1.0, settings.memory_text_weight])
-            if lexical
-            else {h.id: 1.0 / (i + 60) for i, h in enumerate(above)}
-        )
-        chosen = sorted(fused, key=lambda i: (-fused[i], i))[: settings.semantic_memories]
-        for hit in hits:
-            if hit.id not in recent and hit.score < floor and hit.id not in chosen:
-                call.note("memories", hit.id, "recall", "dropped", "below_threshold", hit.score)
-        found = {m.id: m for m in call.store.get_memories(chosen, org=call.org)}
+        if ranker is None:
+            chosen = self._fused(call, [h for h in hits if h.id not in recent], lexical, cosine)
+            found = {m.id: m for m in call.store.get_memories(chosen, org=call.org)}
+        else:
+            route.detail["ranker"] = ranker.name
+            chosen, found = self._ranked(call, ranker, query, [h for h in hits if h.id not in recent], lexical)
         out = []
         for memory_id in chosen:
             m = found.get(memory_id)
@@ -77,3 +83,54 @@ class MemoriesSource:
                 out.append(MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at,
                                       tier="semantic", score=cosine.get(m.id)))  # fmt: skip
         return out
+
+    @staticmethod
+    def _fused(call, semantic: list, lexical: list, cosine: dict[str, float]) -> list[str]:  # type: ignore[no-untyped-def]
+        settings = call.settings
+        floor = settings.thresholds.memory_semantic
+        above = [h for h in semantic if h.score >= floor]
+        fused = (
+            call.engine.fuse([above, lexical], settings.memory_rrf_k, [1.0, settings.memory_text_weight])
+            if lexical
+            else {h.id: 1.0 / (i + 60) for i, h in enumerate(above)}
+        )
+        chosen = sorted(fused, key=lambda i: (-fused[i], i))[: settings.semantic_memories]
+        for hit in semantic:
+            if hit.score < floor and hit.id not in chosen:
+                call.note("memories", hit.id, "recall", "dropped", "below_threshold", hit.score)
+        return chosen
+
+    @staticmethod
+    def _ranked(call, ranker, query: str, semantic: list, lexical: list) -> tuple[list[str], dict]:  # type: ignore[no-untyped-def]
+        """The memory ranker's choice among the vector and full-text candidates: best first, at most
+        ``semantic_memories``, each at or above the model's probability floor."""
+        settings = call.settings
+        ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical]))
+        found = {m.id: m for m in call.store.get_memories(ids, org=call.org)}
+        evidence = memory_evidence(query, semantic, lexical, found)
+        probabilities = ranker.probabilities(memory_features(query, evidence))
+        floor = ranker.threshold("floor", 0.05)
+        order = sorted(range(len(evidence)), key=lambda i: (-probabilities[i], evidence[i].id))
+        chosen = [evidence[i].id for i in order if probabilities[i] >= floor][: settings.semantic_memories]
+        kept = set(chosen)
+        for i in order:
+            if evidence[i].id not in kept:
+                call.note("memories", evidence[i].id, "recall", "dropped", "below_threshold", float(probabilities[i]))
+        return chosen, found
+
+
+def memory_evidence(query: str, semantic: list, lexical: list, found: dict) -> list[MemoryEvidence]:  # type: ignore[no-untyped-def]
+    """What the vector and full-text searches said about each candidate that still exists."""
+    vector = {h.id: (rank, h.score) for rank, h in enumerate(semantic, start=1)}
+    best_text = max((h.score for h in lexical), default=0.0)
+    text = {h.id: (rank, h.score / best_text if best_text > 0 else 0.0) for rank, h in enumerate(lexical, start=1)}
+    out = []
+    for memory_id in dict.fromkeys([*vector, *text]):
+        m = found.get(memory_id)
+        if m is None:
+            continue
+        v, t = vector.get(memory_id), text.get(memory_id)
+        out.append(MemoryEvidence(id=m.id, text=m.text, created_at=m.created_at, cosine=v[1] if v else None,
+                                  vector_rank=v[0] if v else None, text_score=t[1] if t else 0.0,
+                                  text_rank=t[0] if t else None))  # fmt: skip
+    return out
