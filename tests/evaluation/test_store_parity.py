@@ -41,11 +41,16 @@ def test_the_project_set_scores_the_same_on_postgres_as_on_sqlite(postgres_serve
             assert pg["overall"][metric] is None, metric
         else:
             assert abs(pg["overall"][metric] - value) <= 0.02, (metric, value, pg["overall"][metric])
+    differ = []
     for a, b in zip(lite["per_question"], pg["per_question"], strict=True):
         assert a["id"] == b["id"]
-        for source in ("documents", "properties"):
-            assert a["returned"][source] == b["returned"][source], (a["id"], source)
+        assert a["returned"]["properties"] == b["returned"]["properties"], a["id"]
+        if a["returned"]["documents"] != b["returned"]["documents"]:
+            differ.append(a["id"])
         assert sorted(a["returned"]["graph"]) == sorted(b["returned"]["graph"]), a["id"]
         # the record's memories: the same recent ones and mostly the same relevant ones
         mine, theirs = set(a["returned"]["memories"]), set(b["returned"]["memories"])
         assert len(mine & theirs) >= 0.8 * max(len(mine), len(theirs)), a["id"]
+    # the section ranker reads full-text scores, which PostgreSQL computes from sampled document
+    # frequencies (docs/scaling.md): a near tie may break the other way on a few questions
+    assert len(differ) <= 0.05 * len(lite["per_question"]), differ
