@@ -174,3 +174,20 @@ def test_the_route_reports_both_queries(sample_engine: dossier.Engine) -> None:
     assert detail["document_query"] == "what discount rules apply?"
     assert detail["memory_query"] == "What pricing did we discuss?"
     assert response.sources["memories"].items and response.sources["documents"].items
+
+
+def test_an_org_fits_its_own_section_ranker_or_says_why_not(fresh_engine: dossier.Engine) -> None:
+    from dossier.evaluation.fit import MIN_ORG_QUESTIONS, fit_org
+
+    dataset = load_dataset(QUESTIONS)
+    shipped = rankers.shipped("sections", SECTION_FEATURES)
+    outcome = fit_org(fresh_engine, dataset.questions, org="northwind", shipped=shipped)
+    assert outcome.held_out["questions"] > 0
+    if outcome.spec is None:  # kept the shipped one: only when the fit was worse on held-out questions
+        assert outcome.held_out["fitted"] < outcome.held_out["shipped"], outcome.reason
+    else:
+        assert outcome.held_out["fitted"] >= outcome.held_out["shipped"]
+        fresh_engine.save_org_settings("northwind", {"rankers": {"sections": outcome.spec}})
+        assert fresh_engine.retrieve(EXAMPLE, org="northwind", caller="ana").route["documents"].detail["ranker"].startswith("org:")
+    too_few = fit_org(fresh_engine, dataset.questions[:10], org="northwind", shipped=shipped)
+    assert too_few.spec is None and str(MIN_ORG_QUESTIONS) in too_few.reason
