@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 import dossier
+from dossier.providers.ranker import FILE_ENV
 
 from .conftest import ids
 
@@ -26,7 +29,13 @@ def test_clear_winner_skips_the_selector(fresh_engine: dossier.Engine) -> None:
     assert [i.section_id for i in high] == ["doc-pricing-s2"]
 
 
-def test_without_a_clear_winner_the_heuristic_picks_at_most_three(sample_engine: dossier.Engine) -> None:
+@pytest.fixture
+def heuristic(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """No usable ranker model: selection runs on the cosine rules (the fallback path these tests hold)."""
+    monkeypatch.setenv(FILE_ENV, str(tmp_path / "missing.json"))
+
+
+def test_without_a_clear_winner_the_heuristic_picks_at_most_three(sample_engine: dossier.Engine, heuristic: None) -> None:
     response = scout(sample_engine, "How long do we keep customer data after the contract ends?")
     assert response.route["documents"].detail["selector"] == "heuristic"
     high = [i for i in response.sources["documents"].items if i.confidence == "high"]
@@ -51,7 +60,7 @@ def test_sibling_qualifier_from_the_record(fresh_engine: dossier.Engine) -> None
     assert ids(response, "documents")[0].startswith("doc-pricing-emea")
 
 
-def test_low_confidence_fallback_and_nothing_below_the_floors(fresh_engine: dossier.Engine) -> None:
+def test_low_confidence_fallback_and_nothing_below_the_floors(fresh_engine: dossier.Engine, heuristic: None) -> None:
     t = fresh_engine.settings.thresholds
     strict = dataclasses.replace(t, selector_floor=0.99, clear_winner=0.99, supplementary=0.99)
     fresh_engine.org_settings["northwind"] = fresh_engine.settings.replace(thresholds=strict)

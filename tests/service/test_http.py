@@ -156,7 +156,8 @@ def test_loading_stays_in_the_keys_org(http: httpx.Client, live: Live) -> None:
     assert post(http, live, "/v1/bundles", {"orgs": [{"id": "northwind"}]}, caller="b-admin").status_code == 403
     bundle = {"memories": [{"id": "m-http", "record": "rec-http", "text": "Renewal due in June.", "created_at": "2025-01-01"}]}
     assert post(http, live, "/v1/bundles", bundle, caller="admin").json()["inserted"] == {"memories": 1}
-    found = post(http, live, "/v1/retrieve", {"mode": "brief", "record": {"email": "http@acme.com"}, "message": "call hours"})
+    found = post(http, live, "/v1/retrieve", {"mode": "brief", "record": {"email": "http@acme.com"},
+                                             "message": "When is the renewal due, and what are the call hours?"})  # fmt: skip
     assert {"m-http", memory["memories"][0]["id"]} <= response_ids(found.json())
     assert "rec-http" not in response_ids(post(http, live, "/v1/retrieve", {"record": {"id": "rec-http"}}, "zoe").json())
 

@@ -30,6 +30,7 @@ ranker when there is a question, else in order. System documents never get here 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -189,10 +190,19 @@ class Decision:
 
 def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: LinearRanker) -> list[tuple[SectionCandidate, str, float | None]]:
     route, settings = call.route["documents"], call.settings
-    probabilities = ranker.probabilities(section_rows(call, candidates))
+    rows = section_rows(call, candidates)
+    probabilities = ranker.probabilities(rows)
+    decision = Decision.of(ranker)
+    # An exact code of the question in a section is certain evidence (relevance 5, as for the heuristic);
+    # a candidate only full text found makes no clear winner (its cosine undersells an exact match); the
+    # org's sibling ratio applies on this path too.
+    codes_found = rows[:, SECTION_FEATURES.index("code_match")] > 0
+    probabilities = np.where(codes_found, np.maximum(probabilities, 0.9), probabilities)
+    lexical_only = any(c.lexical_only for c in candidates)
+    decision = dataclasses.replace(decision, sibling_ratio=settings.thresholds.sibling_ratio,
+                                   clear_winner=1.01 if lexical_only else decision.clear_winner)  # fmt: skip
     p_of = {c.section_id: float(p) for c, p in zip(candidates, probabilities)}
     ranked = sorted(zip(candidates, (float(p) for p in probabilities)), key=lambda cp: (-cp[1], cp[0].section_id))
-    decision = Decision.of(ranker)
 
     def sibling(pick: SectionCandidate, p: float) -> tuple[SectionCandidate, float] | None:
         replacement = _sibling_of(call, pick, candidates, lambda c: p_of.get(c.section_id, 0.0), decision.sibling_ratio * p)
