@@ -38,7 +38,7 @@ class VectorIndex:
         n = len(self.keys)
         if n == 0 or limit <= 0:
             return []
-        if self.uses_hnsw:
+        if self.uses_hnsw and limit * 4 < n:  # asked for a quarter of the rows or more: a scan is exact and as cheap
             return self._search_hnsw(query, limit)
         return exact_search(self.keys, self.parents, self.matrix, query, limit)
 
