@@ -58,13 +58,9 @@ def policyqa_examples(engine, yardstick) -> dict[str, list[fit.Example]]:  # typ
 def project_examples(engine, dataset) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
     out: dict[str, list[fit.Example]] = {"train": [], "test": []}
     for q in dataset.questions:
-        if q.gold.documents:
-            sides = {fit.split_of(d) for d in q.gold.documents}
-            side = "train" if sides == {"train"} else "test"
-        elif not q.answerable:
-            side = fit.split_of(q.id)
-        else:
+        if not q.gold.documents and q.answerable:
             continue  # no section to find and not an abstention question
+        side = fit.section_side(q)
         request = {**fit.DEFAULT_REQUEST, **q.request, "message": q.message}
         if q.record is not None:
             request["record"] = q.record

@@ -49,6 +49,14 @@ def split_of(key: str, *, test_share: float = 0.5) -> str:
     return "test" if h < test_share else "train"
 
 
+def section_side(question: Any) -> str:
+    """A labelled question's split for the section ranker: by its gold documents (``train`` only when all
+    are), else, for a question nothing answers, by its id."""
+    if question.gold.documents:
+        return "train" if {split_of(d) for d in question.gold.documents} == {"train"} else "test"
+    return split_of(question.id)
+
+
 def prepared_call(engine: Any, request: Mapping[str, Any], *, org: str, caller: str) -> Call:
     """A call run up to (not including) section selection: what selection and the rankers see."""
     who = engine.store.get_caller(caller, org=org)
@@ -248,7 +256,7 @@ def fit_org(engine: Any, questions: Sequence[Any], *, org: str, shipped: LinearR
                                  f"an org's own ranker needs at least {MIN_ORG_QUESTIONS}: the shipped ranker stays", {})  # fmt: skip
     sides: dict[str, list[Example]] = {"train": [], "test": []}
     for q in labelled:
-        side = ("train" if {split_of(d) for d in q.gold.documents} == {"train"} else "test") if q.gold.documents else split_of(q.id)
+        side = section_side(q)
         request = {**DEFAULT_REQUEST, **q.request, "message": q.message}
         if q.record is not None:
             request["record"] = q.record
