@@ -52,6 +52,7 @@ from .errors import (
     UsageError,
 )
 from .identifiers import clip
+from .inspector import routes as inspector_routes
 from .schema import RetrieveRequest, RetrieveResponse
 from .service import (
     FIELD_ECHO,
@@ -315,6 +316,7 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
         documents = service.add_documents(who, body if isinstance(body, list) else [body])
         return {"documents": [{"id": d.id, "title": d.title, "sections": [s.id for s in d.sections]} for d in documents]}
 
+    app.router.routes.extend(inspector_routes())  # /inspect: a static page over the key-checked API
     if mcp_server is not None:
         for route in mcp_app.routes:
             if isinstance(route, Route):  # stateless, JSON responses: POST only (GET and DELETE are 405)
