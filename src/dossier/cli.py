@@ -1,4 +1,8 @@
-"""The ``dossier`` command line: a thin front end over the public API."""
+"""The ``dossier`` command line: a thin front end over the public API.
+
+Start-up stays light: this module imports typer and rich's console only, and each command imports what
+it uses when it runs (``dossier --help`` and ``--version`` never load numpy, pydantic or a model).
+"""
 
 from __future__ import annotations
 
@@ -7,42 +11,103 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 import dossier
 
-from .errors import BundleError, DossierError, UsageError
-from .loading import LoadReport
-from .render import render_response
-from .schema import RetrieveRequest
+from .errors import BundleError, DossierError, NotFound, UsageError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="dossier: one call, one record, one byte budget.")
-console = Console()
-err = Console(stderr=True)
-DB_OPTION = typer.Option(None, "--db", help="Store URL (default: $DOSSIER_DATABASE_URL or sqlite:///dossier.db).")
+if TYPE_CHECKING:
+    from .loading import LoadReport
+    from .schema import Synthesis
+
+DEFAULT_DB = "sqlite:///dossier.db"
+#: width of output that is not a terminal (a pipe, a file): wide enough that tables never cut an id
+PIPE_WIDTH = 10_000
+#: seconds between two progress lines when stderr is not a terminal
+PROGRESS_EVERY = 5.0
+
+
+def _console(*, stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not (hasattr(stream, "isatty") and stream.isatty())
+    return Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+    context_settings={"show_default": True, "max_content_width": 100},
+    help="dossier: one call, one record, one byte budget.",
+)  # fmt: skip
+console = _console(stderr=False)
+err = _console(stderr=True)
+DB_OPTION = typer.Option(
+    None, "--db", show_default=False,
+    help=f"Store URL: sqlite:///PATH or postgresql://... (default: $DOSSIER_DATABASE_URL, else {DEFAULT_DB}).",
+)  # fmt: skip
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LLM_OPTION = typer.Option(
-    None, "--llm", envvar="DOSSIER_LLM",
-    help="Chat model for deep steps and synthesis: openai:<model> (honours OPENAI_BASE_URL and OPENAI_API_KEY).",
+    None, "--llm", envvar="DOSSIER_LLM", show_default=False,
+    help="Chat model for deep steps and synthesis: openai:<model> (honours OPENAI_BASE_URL and OPENAI_API_KEY; "
+         "default: none, every model step uses its heuristic).",
 )  # fmt: skip
 RERANK_OPTION = typer.Option(
-    None, "--rerank", envvar="DOSSIER_RERANK",
-    help="Reranker for deep calls: cross-encoder:<local dir>, openai:<model> or an http(s) rerank URL.",
+    None, "--rerank", envvar="DOSSIER_RERANK", show_default=False,
+    help="Reranker for deep calls: cross-encoder:<local dir>, openai:<model> or an http(s) rerank URL "
+         "(default: none, the fused order stays).",
 )  # fmt: skip
+
+
+def flag(name: str, help: str) -> Any:  # noqa: A002 - typer's own word
+    """An on/off option, off unless given (shown as the bare flag, without a type)."""
+    return typer.Option(False, name, help=help, metavar="", show_default=False)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"dossier {dossier.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, metavar="",
+                                 show_default=False, help="Print the version and exit."),  # fmt: skip
+) -> None:
+    """dossier: one call, one record, one byte budget."""
 
 
 def _url(db: str | None) -> str:
-    return db or os.environ.get("DOSSIER_DATABASE_URL") or "sqlite:///dossier.db"
+    return db or os.environ.get("DOSSIER_DATABASE_URL") or DEFAULT_DB
+
+
+def _existing(db: str | None) -> str:
+    """The store URL of a command that reads: a SQLite file that is not there is an error naming the
+    path looked for (opening it would create an empty store and answer from nothing)."""
+    url = _url(db)
+    path = _sqlite_path(url)
+    if path is not None and not path.exists():
+        whence = "--db" if db else "$DOSSIER_DATABASE_URL" if os.environ.get("DOSSIER_DATABASE_URL") else "the default"
+        raise UsageError(f"no store at {path.resolve()} ({url}, from {whence}); create one with 'dossier load FILE' "
+                         f"or name an existing one with --db or $DOSSIER_DATABASE_URL")  # fmt: skip
+    return url
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL; None for an in-memory or non-SQLite store (or a malformed URL,
+    which opening reports)."""
+    if not url.startswith("sqlite:///") or url in ("sqlite:///", "sqlite:///:memory:"):
+        return None
+    return Path(url[len("sqlite:///") :])
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
-    """Turn dossier errors into one line per problem and an exit code (2: your input, 1: ours)."""
+def _errors(url: str | None = None) -> Iterator[None]:
+    """Turn dossier errors into one line per problem and an exit code (2: your input, 1: ours). A
+    not-found error names the store it looked in (``url``)."""
     try:
         yield
     except BundleError as exc:
@@ -54,14 +119,21 @@ def _errors() -> Iterator[None]:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except DossierError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        where = f" (store: {url})" if url and isinstance(exc, NotFound) else ""
+        err.print(f"error: {exc}{where}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 
 @contextmanager
-def _progress(label: str) -> Iterator:
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on a terminal; elsewhere (a log, a pipe) a line every PROGRESS_EVERY seconds."""
+    if not err.is_terminal:
+        yield ProgressLines(label, err)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+    with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task(label, total=None)
 
         def update(done: int, total: int) -> None:
@@ -70,7 +142,48 @@ def _progress(label: str) -> Iterator:
         yield update
 
 
+class ProgressLines:
+    """``(done, total)`` updates as plain lines: items done, rate and time left, at most one line every
+    ``PROGRESS_EVERY`` seconds, and a closing line once the work that printed lines is done."""
+
+    def __init__(self, label: str, out: Console, clock: Callable[[], float] = time.monotonic) -> None:
+        self.label, self.out, self.clock = label, out, clock
+        self.started = clock()
+        self.last: float | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        elapsed = max(now - self.started, 1e-9)
+        rate = done / elapsed
+        if total and done >= total:
+            if self.last is not None:
+                self._line(f"{self.label}: {done}/{total} done in {_duration(elapsed)} ({rate:.0f}/s)")
+            return
+        if done <= 0 or (self.last is not None and now - self.last < PROGRESS_EVERY):
+            return
+        self.last = now
+        left = f", about {_duration((total - done) / rate)} left" if total else ""
+        share = f"/{total} ({100 * done / total:.0f}%)" if total else ""
+        self._line(f"{self.label}: {done}{share}, {rate:.0f}/s{left}")
+
+    def _line(self, text: str) -> None:
+        self.out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(int(round(seconds)), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
 def _print_report(report: LoadReport, *, where: str, to: Console = console) -> None:
+    from rich.table import Table
+
     table = Table(title=f"loaded into {where} in {report.seconds:.2f} s", title_justify="left")
     for column in ("kind", "inserted", "updated", "unchanged"):
         table.add_column(column, justify="right" if column != "kind" else "left")
@@ -98,7 +211,7 @@ def add_doc(
     title: Optional[str] = typer.Option(None, "--title", help="Title (default: the file's '# Title')."),
     doc_id: Optional[str] = typer.Option(None, "--id", help="Document id (default: slug of the title)."),
     doc_type: str = typer.Option("guideline", "--type", help="Document type, e.g. guideline, policy, playbook."),
-    tags: str = typer.Option("", "--tags", help="Comma-separated tags."),
+    tags: str = typer.Option("", "--tags", show_default=False, help="Comma-separated tags (default: none)."),
     roles: Optional[str] = typer.Option(None, "--roles", help="Comma-separated roles that may see it (default: whole org)."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
@@ -115,19 +228,27 @@ def add_doc(
 @app.command()
 def stats(db: Optional[str] = DB_OPTION) -> None:
     """Counts per kind, per org, of what the store holds."""
-    with _errors(), dossier.open(_url(db)) as engine:
-        _print_counts(engine)
+    from .stores import store_from_url
+
+    with _errors():
+        store = store_from_url(_existing(db))
+        try:
+            _print_counts(store)
+        finally:
+            store.close()
 
 
-def _print_counts(engine: dossier.Engine, to: Console = console) -> None:
-    orgs = engine.store.org_ids() if hasattr(engine.store, "org_ids") else []
+def _print_counts(store: Any, to: Console = console) -> None:
+    from rich.table import Table
+
+    orgs = store.org_ids() if hasattr(store, "org_ids") else []
     table = Table(title="store contents", title_justify="left")
     table.add_column("org")
     kinds = ("callers", "records", "memories", "documents", "sections", "edges", "vectors")
     for kind in kinds:
         table.add_column(kind, justify="right")
     for org in orgs:
-        counts = engine.store.counts(org=org)
+        counts = store.counts(org=org)
         table.add_row(org, *(str(counts[k]) for k in kinds))
     to.print(table)
 
@@ -146,29 +267,37 @@ def retrieve(
     request_file: Optional[Path] = typer.Argument(None, help="A request as JSON (file, or - for stdin); options below override it."),
     org: str = typer.Option(..., "--org", envvar="DOSSIER_ORG", help="The caller's org."),
     caller: str = typer.Option(..., "--caller", envvar="DOSSIER_CALLER", help="The caller id (its roles decide visibility)."),
-    message: Optional[str] = typer.Option(None, "--message", "-m", help="The question."),
-    email: Optional[str] = typer.Option(None, "--email", help="Record by email."),
+    message: Optional[str] = typer.Option(None, "--message", "-m", help="The question (default: none)."),
+    email: Optional[str] = typer.Option(None, "--email", help="Record by email (default: no record)."),
     phone: Optional[str] = typer.Option(None, "--phone", help="Record by phone."),
     website: Optional[str] = typer.Option(None, "--website", help="Record by website."),
     profile_url: Optional[str] = typer.Option(None, "--profile-url", help="Record by profile URL."),
     record_id: Optional[str] = typer.Option(None, "--record-id", help="Record by id."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="brief | scout | fetch | filter | expand."),
-    depth: Optional[str] = typer.Option(None, "--depth", help="fast | standard | deep."),
-    budget: Optional[int] = typer.Option(None, "--budget", help="Budget in bytes (totalTokens), at most 50000."),
-    fetch: Optional[str] = typer.Option(None, "--fetch", help="Comma-separated document ids (fetch mode)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the raw response as JSON."),
-    trace: bool = typer.Option(False, "--trace", help="Include the per-item evidence trace."),
-    synthesize: bool = typer.Option(False, "--synthesize", help="Also answer from the packed context (needs --llm)."),
-    deferred: bool = typer.Option(False, "--deferred", help="Synthesize in the background: the context prints at once, "
-                                  "the answer is stored for 'dossier result CALL_ID'."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="brief | scout | fetch | filter | expand (default: from the "
+                                       "request's shape: fetch with --fetch, filter with filters, expand with a "
+                                       "continuation, else scout)."),
+    depth: Optional[str] = typer.Option(None, "--depth", help="fast | standard | deep (default: standard)."),
+    budget: Optional[int] = typer.Option(None, "--budget", help="Budget in bytes (totalTokens), at most 50000 "
+                                         "(default: 8000)."),
+    fetch: Optional[str] = typer.Option(None, "--fetch", help="Comma-separated document ids (fetch mode; default: none)."),
+    as_json: bool = flag("--json", "Print the raw response as JSON."),
+    trace: bool = flag("--trace", "Include the per-item evidence trace."),
+    synthesize: bool = flag("--synthesize", "Also answer from the packed context (needs --llm)."),
+    deferred: bool = flag("--deferred", "Synthesize in the background: the context prints at once, the answer is "
+                          "stored for 'dossier result CALL_ID'."),
     llm: Optional[str] = LLM_OPTION,
     rerank: Optional[str] = RERANK_OPTION,
     db: Optional[str] = DB_OPTION,
 ) -> None:
-    """One retrieve call about one record; prints a summary (or --json)."""
+    """One retrieve call about one record; prints a summary (or --json). The call is audited and counted in
+    the org's ledger like a call over HTTP, so that 'dossier result' knows it."""
     import json
 
-    with _errors():
+    from .render import render_response
+    from .service import Principal, Service
+
+    url = _existing(db)
+    with _errors(url):
         body: dict = {}
         if request_file is not None:
             text = sys.stdin.read() if str(request_file) == "-" else _read(request_file)
@@ -195,8 +324,8 @@ def retrieve(
             body["synthesize"] = True
         if deferred:
             body["deferred"] = True
-        with dossier.open(_url(db), llm=llm, reranker=rerank) as engine:
-            response = engine.retrieve(body, org=org, caller=caller)
+        with dossier.open(url, llm=llm, reranker=rerank) as engine:
+            response = Service(engine).retrieve(Principal(org=org, caller=caller), body, front_end="cli")
             if as_json:
                 print(response.model_dump_json(indent=2))
             else:
@@ -214,12 +343,14 @@ def result(
     org: str = typer.Option(..., "--org", envvar="DOSSIER_ORG", help="The caller's org."),
     caller: str = typer.Option(..., "--caller", envvar="DOSSIER_CALLER", help="The caller that made the call."),
     wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for a synthesis that is still running."),
-    as_json: bool = typer.Option(False, "--json", help="Print the synthesis as JSON."),
+    as_json: bool = flag("--json", "Print the synthesis as JSON."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
-    """The synthesis of an earlier deferred call (exit code 3 while it is still running)."""
-    with _errors(), dossier.open(_url(db), llm="none", reranker="none") as engine:
-        synthesis = engine.result(call_id, org=org, caller=caller, wait=wait)
+    """The synthesis of an earlier deferred call. Exit codes: 0 an answer (or its error), 3 still running,
+    1 no such call in the org, 4 a call of the org that has no deferred synthesis of this caller's."""
+    url = _existing(db)
+    with _errors(url):
+        synthesis = _find_result(url, call_id, org=org, caller=caller, wait=wait)
     if as_json:
         print(synthesis.model_dump_json(indent=2))
     elif synthesis.pending:
@@ -234,6 +365,45 @@ def result(
         console.print(f"confidence {synthesis.confidence:g}; cited: {cited or 'nothing'}", markup=False, highlight=False)
     if synthesis.pending:
         raise typer.Exit(3)
+
+
+def _find_result(url: str, call_id: str, *, org: str, caller: str, wait: float) -> Synthesis:
+    """The stored synthesis of ``call_id`` for ``caller`` of ``org`` (read as ``Engine.result`` reads it from
+    another process, without loading the engine), waiting up to ``wait`` seconds while it is pending. Without
+    one, the org's audit log tells why: no such call in the org (another org's call reads exactly the same),
+    a call of another caller, a call that was not deferred, or one that failed before its synthesis."""
+    from .schema import Synthesis
+    from .stores import store_from_url
+    from .stores.service_base import service_store_from_url
+
+    store = store_from_url(url)
+    try:
+        deadline = time.monotonic() + max(wait, 0.0)
+        while (stored := store.get_result(call_id, org=org)) is not None and stored.get("caller") == caller:
+            synthesis = Synthesis.model_validate(stored["synthesis"])
+            if not synthesis.pending or time.monotonic() >= deadline:
+                return synthesis
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+    finally:
+        store.close()
+    audit = service_store_from_url(url)
+    try:
+        row = audit.get_audit(call_id)
+    finally:
+        audit.close()
+    if row is None or row.org != org:
+        raise NotFound(f"no call {call_id!r} in org {org!r}")
+    if row.caller != caller:
+        raise NotFound(f"no result for call {call_id!r}: another caller of {org!r} made it, and its answer is theirs")
+    import json
+
+    if not json.loads(row.shape or "{}").get("deferred"):
+        raise NotFound(f"call {call_id!r} was not deferred: its answer, if it asked for one, came back with the call, "
+                       f"and nothing was stored to fetch later (retrieve --deferred stores it)")  # fmt: skip
+    if row.outcome != "ok":
+        raise NotFound(f"call {call_id!r} failed ({row.error_type or row.outcome}) before its synthesis could run")
+    raise NotFound(f"no result was stored for call {call_id!r}: the process that ran it ended before its synthesis "
+                   f"was stored")  # fmt: skip
 
 
 def _read(path: Path) -> str:
@@ -254,7 +424,7 @@ def schema(which: str = typer.Argument("both", help="request | response | both |
 def json_schemas(which: str) -> dict:
     from .bundle import Bundle
     from .evaluation.dataset import dataset_schema
-    from .schema import RetrieveResponse
+    from .schema import RetrieveRequest, RetrieveResponse
 
     makers = {
         "request": RetrieveRequest.model_json_schema,
@@ -274,9 +444,11 @@ def json_schemas(which: str) -> dict:
 def demo(
     db: Path = typer.Option(Path("dossier-demo.db"), "--db", help="Where to create the demo store (replaced)."),
     bundle: Path = typer.Option(EXAMPLES / "sample-org.json", "--bundle", help="The sample bundle."),
-    as_json: bool = typer.Option(False, "--json", help="Print the example call's raw response as JSON."),
+    as_json: bool = flag("--json", "Print the example call's raw response as JSON."),
 ) -> None:
     """Load the sample organisation into a fresh local store and show what it holds."""
+    from .render import render_response
+
     with _errors():
         if not bundle.is_file():
             raise UsageError(f"sample bundle not found at {bundle}; run from a clone of dossier or pass --bundle")
@@ -292,7 +464,7 @@ def demo(
                 report.inserted["documents"] = report.inserted.get("documents", 0) + report_md.total_inserted
             out = err if as_json else console
             _print_report(report, where=str(db.resolve()), to=out)
-            _print_counts(engine, to=out)
+            _print_counts(engine.store, to=out)
             out.print(f"demo store: {db.resolve()} (loaded in {time.perf_counter() - started:.2f} s)")
             out.print(f"\n[bold]example call[/] as caller ana of northwind: {EXAMPLE_CALL}", highlight=False)
             response = engine.retrieve(EXAMPLE_CALL, org="northwind", caller="ana")
@@ -300,15 +472,41 @@ def demo(
             print(response.model_dump_json(indent=2))
         else:
             render_response(console, response)
+            for line in explain(response):
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def explain(response: Any) -> list[str]:
+    """One line each on what a first reader of a response might misread: what its aliases are, and why a
+    source's share differs from its default (and why "used" may pass "share")."""
+    from .schema import SOURCE_NAMES
+
+    lines = []
+    record = response.record
+    if record is not None and record.aliases:
+        lines.append(f"aliases: {', '.join(record.aliases)} are other live records on {record.id}'s company domain "
+                     f"(not merges): their memories are read together with {record.id}'s own")  # fmt: skip
+    budget = response.budget
+    empty = [s for s in SOURCE_NAMES if not budget.share.get(s)]
+    over = [s for s in SOURCE_NAMES if budget.used.get(s, 0) > budget.share.get(s, 0)]
+    text = f"budget: the {budget.total_bytes} bytes are shared by default weights"
+    if empty:
+        text += f"; {', '.join(empty)} had nothing to pack, so {'its' if len(empty) == 1 else 'their'} share went to the others"
+    if over:
+        text += f"; bytes a source left unused went to sources with items waiting, so {', '.join(over)} used more than its share"
+    lines.append(text)
+    return lines
 
 
 @app.command("eval")
 def eval_(
     dataset: Path = typer.Argument(..., help="A labelled dataset (docs/evaluation.md)."),
     store: Optional[str] = typer.Option(None, "--store", help="Store URL to evaluate on (default: a fresh temporary SQLite file)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report (per question) as JSON here."),
-    depth: Optional[str] = typer.Option(None, "--depth", help="Request depth for every question."),
-    synthesize: bool = typer.Option(False, "--synthesize", help="Ask for synthesis on every question (cost per layer)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report (per question) as JSON here "
+                                            "(default: not written)."),
+    depth: Optional[str] = typer.Option(None, "--depth", help="Request depth for every question: fast | standard | deep "
+                                        "(default: the dataset's own, else standard)."),
+    synthesize: bool = flag("--synthesize", "Ask for synthesis on every question (cost per layer)."),
     llm: Optional[str] = LLM_OPTION,
     rerank: Optional[str] = RERANK_OPTION,
 ) -> None:
@@ -332,8 +530,9 @@ def eval_(
 @app.command()
 def calibrate(
     dataset: Path = typer.Argument(..., help="A labelled dataset (docs/evaluation.md)."),
-    write: bool = typer.Option(False, "--write", help="Store the recommended thresholds as the dataset orgs' settings in --db."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the calibration as JSON here."),
+    write: bool = flag("--write", "Store the recommended thresholds as the dataset orgs' settings in --db."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the calibration as JSON here (default: "
+                                            "not written)."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
     """Measure every threshold on labelled questions and recommend values for this corpus and model."""
@@ -356,15 +555,16 @@ def calibrate(
         if json_out is not None:
             json_out.write_text(json.dumps(result.as_dict(), indent=2), encoding="utf-8")
         if write:
+            url = _existing(db)
             fits = _fit_rankers(data, orgs)
-            with dossier.open(_url(db)) as target:
+            with dossier.open(url) as target:
                 for org in orgs:
                     own = {"thresholds": dataclasses.asdict(result.thresholds)}
                     if fits[org].spec is not None:
                         own["rankers"] = {"sections": fits[org].spec}
                     target.save_org_settings(org, own)
                     console.print(f"{org}: section ranker: {fits[org].reason}")
-            console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {_url(db)}")
+            console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {url}")
 
 
 def _fit_rankers(data, orgs: list[str]) -> dict:  # type: ignore[no-untyped-def]
@@ -392,7 +592,8 @@ def _fit_rankers(data, orgs: list[str]) -> dict:  # type: ignore[no-untyped-def]
 
 
 # -- the service: keys, usage, HTTP and MCP servers (docs/service.md) ---------------------------------
-keys_app = typer.Typer(no_args_is_help=True, help="API keys of the HTTP and MCP servers (stored hashed).")
+keys_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings=app.info.context_settings,
+                       help="API keys of the HTTP and MCP servers (stored hashed).")
 app.add_typer(keys_app, name="keys")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -401,25 +602,27 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def keys_create(
     org: str = typer.Option(..., "--org", help="The org the key acts in."),
     caller: str = typer.Option(..., "--caller", help="The caller the key acts as (its roles decide visibility)."),
-    name: Optional[str] = typer.Option(None, "--name", help="A label for people, shown by 'keys list'."),
+    name: Optional[str] = typer.Option(None, "--name", help="A label for people, shown by 'keys list' (default: none)."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
     """Create an API key and print it once (only its hash is stored)."""
     from .service import Service
 
-    with _errors(), dossier.open(_url(db)) as engine:
+    url = _existing(db)
+    with _errors(url), dossier.open(url) as engine:
         row, key = Service(engine).create_key(org, caller, name=name)
     err.print(f"key {row.id} for caller {caller!r} of org {org!r}; it is shown once, store it now:", markup=False)
     print(key)
 
 
 @keys_app.command("list")
-def keys_list(org: Optional[str] = typer.Option(None, "--org", help="Only this org's keys."), db: Optional[str] = DB_OPTION) -> None:
+def keys_list(org: Optional[str] = typer.Option(None, "--org", help="Only this org's keys (default: every org's)."),
+              db: Optional[str] = DB_OPTION) -> None:  # fmt: skip
     """List keys (ids, org, caller, when created and revoked; never the keys themselves)."""
-    from .service import Service
+    from rich.table import Table
 
-    with _errors(), dossier.open(_url(db)) as engine:
-        rows = Service(engine).list_keys(org=org)
+    with _errors(), _service_store(db) as store:
+        rows = store.list_keys(org=org)
     table = Table(title=f"{len(rows)} API key(s)", title_justify="left")
     for column in ("id", "org", "caller", "name", "created", "revoked"):
         table.add_column(column)
@@ -435,7 +638,8 @@ def keys_revoke(key_id: str = typer.Argument(..., help="The key's id (from 'keys
     from .service import Service, split_key
 
     parts = split_key(key_id)
-    with _errors(), dossier.open(_url(db)) as engine:
+    url = _existing(db)
+    with _errors(url), dossier.open(url) as engine:
         Service(engine).revoke_key(parts[0] if parts else key_id)
     console.print(f"revoked {parts[0] if parts else key_id}")
 
@@ -443,15 +647,15 @@ def keys_revoke(key_id: str = typer.Argument(..., help="The key's id (from 'keys
 @app.command()
 def usage(
     org: str = typer.Option(..., "--org", help="The org whose ledger to sum."),
-    since: Optional[str] = typer.Option(None, "--since", help="From this UTC date (YYYY-MM-DD) on."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    since: Optional[str] = typer.Option(None, "--since", help="From this UTC date (YYYY-MM-DD) on (default: all time)."),
+    as_json: bool = flag("--json", "Print JSON."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
     """An org's billing ledger: units charged up front per call, refunded when a call failed."""
     import json
     from datetime import datetime, timezone
 
-    from .service import Service
+    from rich.table import Table
 
     with _errors():
         start = None
@@ -460,8 +664,8 @@ def usage(
                 start = datetime.strptime(since, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
             except ValueError:
                 raise UsageError(f"--since {since!r} is not a date like 2025-01-31") from None
-        with dossier.open(_url(db)) as engine:
-            lines = Service(engine).usage(org, since=start)
+        with _service_store(db) as store:
+            lines = store.usage(org=org, since=start, until=None)
     if as_json:
         print(json.dumps({"org": org, "items": [{"item": u.item, "calls": u.calls, "charged": u.charged,
               "refunded": u.refunded, "net": u.net} for u in lines], "net": sum(u.net for u in lines)}, indent=2))  # fmt: skip
@@ -487,8 +691,9 @@ def serve(
     """Serve the HTTP API (/v1/...) and MCP over streamable HTTP (/mcp); keys from 'dossier keys create'."""
     import uvicorn
 
-    url = _url(db)
-    with _errors(), dossier.open(url):
+    with _errors():
+        url = _existing(db)
+    with _errors(url), dossier.open(url):
         pass  # fail here, in one line, if the store cannot be opened
     os.environ["DOSSIER_DATABASE_URL"] = url
     # every worker runs calls on a few threads (Settings.service.call_threads): one inference thread each
@@ -506,14 +711,37 @@ def serve(
 @app.command("mcp")
 def mcp_stdio(db: Optional[str] = DB_OPTION) -> None:
     """Serve MCP over stdio as the caller of the key in $DOSSIER_API_KEY (for desktop MCP hosts)."""
+    from .errors import Unauthorized
+
+    key = os.environ.get("DOSSIER_API_KEY")
+    with _errors():
+        if not key:
+            raise UsageError("dossier mcp serves the caller of one API key: set DOSSIER_API_KEY to a key from "
+                             "'dossier keys create --org ORG --caller CALLER'")  # fmt: skip
+        url = _existing(db)
     from .mcp import serve_stdio
     from .service import Service
 
-    with _errors(), dossier.open(_url(db)) as engine:
+    with _errors(url), dossier.open(url) as engine:
         service = Service(engine)
-        service.authenticate(os.environ.get("DOSSIER_API_KEY"))
+        try:
+            service.authenticate(key)
+        except Unauthorized as exc:
+            raise Unauthorized(f"DOSSIER_API_KEY: {exc} (store: {url})") from None
         engine.embed_query("warm up")  # load the model before the first call
-        serve_stdio(service, os.environ.get("DOSSIER_API_KEY"))
+        serve_stdio(service, key)
+
+
+@contextmanager
+def _service_store(db: str | None) -> Iterator[Any]:
+    """The service tables (keys, audit, ledger) of an existing store, without loading the engine."""
+    from .stores.service_base import service_store_from_url
+
+    store = service_store_from_url(_existing(db))
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def _when(at: float | None) -> str:
