@@ -24,6 +24,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "inspector.css": "text/css; charset=utf-8",
     "inspector.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 #: Only this origin: no inline script or style, no other host, no framing, no form submissions.
 CSP = (

@@ -199,7 +199,7 @@ function renderRecord(record, route) {
       ? el("p", null, record.aliases.map((id) => el("span", { class: "chip mono" }, id)),
         el("span", { class: "note" }, " why: other live records of the org that share this record's company " +
           "domain (the resolve layer's same-domain rule; free-mail domains never count; at most 20). Their " +
-          "memories and edges are recalled with the record's."))
+          "memories are recalled with the record's."))
       : el("p", { class: "note" }, "none"));
   }
   if (route && route.fallback_reason) parts.push(el("p", null, badge(route.fallback_reason, "flag"), " ", text(detail.alias_error)));
