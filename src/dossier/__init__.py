@@ -35,6 +35,7 @@ from .settings import Settings, Thresholds
 
 if TYPE_CHECKING:
     from .bundle import Bundle, Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
+    from .client import AsyncClient, Client
     from .engine import Engine
     from .engine import open_engine as open
     from .loading import LoadReport
@@ -46,6 +47,8 @@ __version__ = "0.1.0"
 _LAZY = {
     **{name: (".bundle", name) for name in ("Bundle", "Caller", "Document", "Edge", "Identifiers", "Memory", "Org",
                                             "Record", "Section")},
+    "AsyncClient": (".client", "AsyncClient"),
+    "Client": (".client", "Client"),
     "Engine": (".engine", "Engine"),
     "open": (".engine", "open_engine"),
     "LoadReport": (".loading", "LoadReport"),
@@ -68,9 +71,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AsyncClient",
     "Bundle",
     "BundleError",
     "Caller",
+    "Client",
     "ConfigError",
     "Document",
     "DossierError",

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -19,6 +19,7 @@ for _extra in ("fastapi", "uvicorn", "httpx"):  # the [server] extra (pulled in 
 import httpx  # noqa: E402
 
 import dossier  # noqa: E402
+from dossier.providers.embeddings import OnnxMiniLM  # noqa: E402
 from dossier.service import Service  # noqa: E402
 from tests.service.conftest import BRIEF, CALLERS, SAMPLE, _copy, free_port, item_keys, sample_db  # noqa: E402, F401
 
@@ -34,16 +35,17 @@ class Served:
     keys: dict[str, str] = field(default_factory=dict)
 
 
-def keys_for(store_url: str, embedder) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def keys_for(store_url: str, embedder: OnnxMiniLM) -> dict[str, str]:
     with dossier.open(store_url, embedder=embedder) as engine:
         service = Service(engine)
         return {caller: service.create_key(org, caller)[1] for caller, org in CALLERS.items()}
 
 
-def serve(store_url: str) -> Iterator[str]:
-    """Run ``dossier serve`` on ``store_url`` until the generator is closed; yields its base URL."""
+def serve(store_url: str, **env_vars: str) -> Iterator[str]:
+    """Run ``dossier serve`` on ``store_url`` until the generator is closed; yields its base URL. No chat
+    model unless ``env_vars`` name one."""
     port = free_port()
-    env = {**os.environ, "DOSSIER_DATABASE_URL": store_url, "DOSSIER_LLM": "none"}
+    env = {**os.environ, "DOSSIER_DATABASE_URL": store_url, "DOSSIER_LLM": "none", **env_vars}
     server = subprocess.Popen(
         [sys.executable, "-m", "dossier.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -68,7 +70,7 @@ def serve(store_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, sample_db: Path, embedder) -> Iterator[Served]:  # type: ignore[no-untyped-def]
+def served(tmp_path_factory: pytest.TempPathFactory, sample_db: Path, embedder: OnnxMiniLM) -> Iterator[Served]:
     """``dossier serve`` over a private SQLite copy of the sample."""
     path = _copy(sample_db, tmp_path_factory.mktemp("reach") / "reach.db")
     store_url = f"sqlite:///{path}"
@@ -78,7 +80,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, sample_db: Path, embedder) 
 
 
 @pytest.fixture
-def engine_of(embedder):  # type: ignore[no-untyped-def]
+def engine_of(embedder: OnnxMiniLM) -> Iterator[Callable[[str], dossier.Engine]]:
     """Opens an engine on a served store (another handle on the same database), closed after the test."""
     opened: list[dossier.Engine] = []
 

@@ -1,0 +1,407 @@
+"""A client for ``dossier serve``: the HTTP API as the library's own typed objects, sync and async (httpx).
+
+    with dossier.Client("http://127.0.0.1:8000", api_key) as client:
+        response = client.retrieve({"record": {"email": "jane@acme.com"}, "message": "What discount rules apply?"})
+
+    async with dossier.AsyncClient("http://127.0.0.1:8000", api_key) as client:
+        response = await client.retrieve(...)
+
+Each method returns what the library returns for the same work: ``retrieve`` a
+:class:`~dossier.schema.RetrieveResponse`, ``result`` a :class:`~dossier.schema.Synthesis`, ``load_bundle`` a
+:class:`~dossier.loading.LoadReport`, ``remember`` a :class:`~dossier.bundle.Memory`, ``add_document`` a
+:class:`~dossier.bundle.Document` and ``feedback`` the stored :class:`~dossier.stores.service_base.Feedback`.
+The key decides the org and the caller, as on every front end of the service.
+
+Errors are those of :mod:`dossier.errors`: a request that does not validate raises
+:class:`~dossier.errors.InvalidRequest` before anything is sent, and an HTTP error maps onto the same tree:
+401 :class:`~dossier.errors.Unauthorized`, 403 :class:`~dossier.errors.Forbidden`, 404
+:class:`~dossier.errors.NotFound`, 422 :class:`~dossier.errors.InvalidRequest` (a refused bundle:
+:class:`~dossier.errors.BundleError` with its problems), 405 and 413 :class:`~dossier.errors.UsageError`, 502
+:class:`~dossier.errors.ProviderError`, 503 :class:`~dossier.errors.StoreUnavailable`. A server that cannot be
+reached or does not answer in time is :class:`~dossier.errors.StoreUnavailable` as well (the service is the
+store, seen from here).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+from .bundle import Bundle, Document, Memory
+from .errors import (
+    BundleError,
+    DossierError,
+    Forbidden,
+    InvalidRequest,
+    MissingExtra,
+    NotFound,
+    Problem,
+    ProviderError,
+    StoreUnavailable,
+    Unauthorized,
+    UsageError,
+)
+from .loading import LoadReport, document_from_markdown, slug
+from .retrieve import parse_request
+from .schema import RecordRef, RetrieveRequest, RetrieveResponse, Synthesis
+from .service import FeedbackRequest, NewDocument, NewMemory, _validate
+from .stores.service_base import Feedback
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - the [client] extra (also in [server] and [dev])
+    raise MissingExtra("dossier.Client", "client") from exc
+
+T = TypeVar("T")
+#: Seconds a request may take by default (a deep call with synthesis can take a while).
+DEFAULT_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    """One HTTP request and how its JSON answer becomes the value a method returns."""
+
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    body: Any = None
+    raw: bytes | None = None
+    params: Mapping[str, Any] | None = None
+
+
+class _Base:
+    """What the sync and async clients share: the requests, the answers' parsing, the error mapping."""
+
+    def __init__(self, url: str, api_key: str) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"the service URL must start with http:// or https://, not {url[:40]!r}")
+        if not api_key or not api_key.strip():
+            raise UsageError("an API key is required (dossier keys create --org ORG --caller CALLER)")
+        self.url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key.strip()}", "Accept": "application/json"}
+        self._org: str | None = None
+
+    # -- requests ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _retrieve(request: RetrieveRequest | Mapping[str, Any]) -> _Call[RetrieveResponse]:
+        parsed = parse_request(request)  # the library's own validation: the same InvalidRequest, nothing sent
+        body = parsed.model_dump(mode="json", exclude_unset=True)
+        return _Call("POST", "/v1/retrieve", RetrieveResponse.model_validate, body=body)
+
+    @staticmethod
+    def _result(call_id: str, wait: float) -> _Call[Synthesis]:
+        def parse(found: Any) -> Synthesis:
+            if found.get("synthesis") is None:  # as Engine.result: nothing deferred for this caller
+                raise NotFound(f"no result for call {call_id!r}: it was not deferred, or another caller made it")
+            return Synthesis.model_validate(found["synthesis"])
+
+        return _Call("GET", f"/v1/calls/{_segment(call_id)}", parse, params={"wait": wait} if wait else None)
+
+    @staticmethod
+    def _feedback(org: str, call_id: str, rating: int, comment: str | None) -> _Call[Feedback]:
+        body = _validate(FeedbackRequest, {"call_id": call_id, "rating": rating, "comment": comment})
+
+        def parse(row: Any) -> Feedback:
+            return Feedback(call_id=row["call_id"], org=org, caller=row["caller"], rating=row["rating"],
+                            comment=row["comment"], at=datetime.fromisoformat(row["at"]).timestamp())  # fmt: skip
+
+        return _Call("POST", "/v1/feedback", parse, body=body.model_dump(mode="json"))
+
+    @staticmethod
+    def _remember(org: str, record: str | RecordRef | Mapping[str, Any], text: str,
+                  created_at: datetime | None) -> _Call[Memory]:  # fmt: skip
+        ref = _record_ref(record)
+        kind, value = ref.identifier
+        if kind == "id":
+            new = _validate(NewMemory, {"record": value, "text": text, "created_at": created_at})
+
+            def written(answer: Any) -> Memory:
+                [row] = answer["memories"]
+                return Memory(id=row["id"], org=org, record=row["record_id"], text=new.text, created_at=row["created_at"])
+
+            body = new.model_dump(mode="json", exclude_none=True)
+            return _Call("POST", "/v1/memories", written, body=body)
+        if created_at is not None:
+            raise UsageError("created_at needs the record's id (remember by another identifier stamps the memory now)")
+        # By another identifier: the service's remember tool (MCP, on the same server) resolves it, merges followed.
+        _validate(NewMemory, {"record": "x", "text": text})
+        arguments = {"record": ref.model_dump(exclude_none=True), "text": text}
+
+        def remembered(answer: Any) -> Memory:
+            row = json.loads(_tool_text(answer, "remember"))
+            return Memory(id=row["id"], org=org, record=row["record_id"], text=text, created_at=row["created_at"])
+
+        return _Call("POST", "/mcp", remembered, body=_tool_call("remember", arguments))
+
+    @staticmethod
+    def _add_document(org: str, document: Document | NewDocument | Mapping[str, Any]) -> _Call[Document]:
+        stored = _as_document(org, document)
+        body = stored.model_dump(mode="json", exclude={"is_system"})
+        if not isinstance(document, Document) or document.org == org:
+            body.pop("org")  # the key's org; a Document naming another org is sent as it is and refused (403)
+
+        def parse(answer: Any) -> Document:
+            [row] = answer["documents"]
+            if row["id"] != stored.id or list(row["sections"]) != [s.id for s in stored.sections]:
+                raise DossierError(f"the service stored document {row['id']!r} otherwise than sent")
+            return stored
+
+        return _Call("POST", "/v1/documents", parse, body=body)
+
+    @staticmethod
+    def _load_bundle(source: str | Path | Mapping[str, Any] | Bundle) -> _Call[LoadReport]:
+        if isinstance(source, Bundle):
+            return _Call("POST", "/v1/bundles", _report, body=source.model_dump(mode="json"))
+        if isinstance(source, Mapping):
+            return _Call("POST", "/v1/bundles", _report, body=dict(source))
+        try:
+            raw = Path(source).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read bundle {source}: {exc.strerror or exc}") from exc
+        return _Call("POST", "/v1/bundles", _report, raw=raw)
+
+    @staticmethod
+    def _whoami() -> _Call[str]:
+        return _Call("GET", "/v1/usage", lambda usage: str(usage["org"]))
+
+    # -- answers -----------------------------------------------------------------------------------------
+    def _answer(self, call: _Call[T], response: httpx.Response) -> T:
+        if response.status_code >= 400:
+            raise error_from(response)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise DossierError(f"{call.method} {call.path}: the service answered {response.status_code} "
+                               "with a body that is not JSON") from exc  # fmt: skip
+        return call.parse(data)
+
+    def _request_args(self, call: _Call[Any]) -> dict[str, Any]:
+        headers = dict(self._headers)
+        content = call.raw if call.raw is not None else None
+        if call.body is not None:
+            content = json.dumps(call.body, ensure_ascii=False).encode("utf-8")
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        if call.path == "/mcp":
+            headers["Accept"] = "application/json, text/event-stream"
+        return {"method": call.method, "url": call.path, "content": content, "params": call.params, "headers": headers}
+
+    def _unreachable(self, exc: httpx.HTTPError) -> StoreUnavailable:
+        if isinstance(exc, httpx.TimeoutException):
+            return StoreUnavailable(f"dossier at {self.url} did not answer in time ({type(exc).__name__})")
+        return StoreUnavailable(f"cannot reach dossier at {self.url}: {type(exc).__name__}: {exc}")
+
+
+class Client(_Base):
+    """The service at ``url`` as the caller of ``api_key`` (see the module's docstring). Close it, or use ``with``."""
+
+    def __init__(self, url: str, api_key: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 transport: httpx.BaseTransport | None = None) -> None:  # fmt: skip
+        super().__init__(url, api_key)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+
+    def _send(self, call: _Call[T]) -> T:
+        try:
+            response = self._http.request(**self._request_args(call))
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        return self._answer(call, response)
+
+    @property
+    def org(self) -> str:
+        """The org of this client's key (asked of the service once)."""
+        if self._org is None:
+            self._org = self._send(self._whoami())
+        return self._org
+
+    def retrieve(self, request: RetrieveRequest | Mapping[str, Any]) -> RetrieveResponse:
+        """One retrieve call (``docs/retrieve.md``), as :meth:`dossier.Engine.retrieve` answers it."""
+        return self._send(self._retrieve(request))
+
+    def result(self, call_id: str, *, wait: float = 0.0) -> Synthesis:
+        """The synthesis of one of this caller's ``deferred`` calls (``pending`` while it runs; waits up to
+        ``wait`` seconds, at most 30). NotFound for a call that was not deferred or is another caller's."""
+        return self._send(self._result(call_id, wait))
+
+    def feedback(self, call_id: str, rating: int, comment: str | None = None) -> Feedback:
+        """Rate one of the org's calls, 1-5, with an optional comment."""
+        return self._send(self._feedback(self.org, call_id, rating, comment))
+
+    def remember(self, record: str | RecordRef | Mapping[str, Any], text: str, *,
+                 created_at: datetime | None = None) -> Memory:  # fmt: skip
+        """Save a fact as a memory of a record: its id (``"rec-jane"``), or any identifier
+        (``{"email": "jane@acme.com"}``; merges are followed)."""
+        return self._send(self._remember(self.org, record, text, created_at))
+
+    def add_document(self, document: Document | NewDocument | Mapping[str, Any]) -> Document:
+        """Add or replace a document: a :class:`~dossier.Document`, or a mapping with ``title`` and ``sections``
+        or with ``markdown`` (split at its headings, as ``dossier add-doc`` does). Returns it as stored."""
+        return self._send(self._add_document(self.org, document))
+
+    def load_bundle(self, source: str | Path | Mapping[str, Any] | Bundle) -> LoadReport:
+        """Load a bundle (a path, a parsed dict or a :class:`~dossier.Bundle`) into the key's org: all of it
+        or nothing. Needs the caller's admin role."""
+        return self._send(self._load_bundle(source))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class AsyncClient(_Base):
+    """:class:`Client` for asyncio: the same methods, awaited. Close it with ``await aclose()`` or ``async with``."""
+
+    def __init__(self, url: str, api_key: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
+        super().__init__(url, api_key)
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
+
+    async def _send(self, call: _Call[T]) -> T:
+        try:
+            response = await self._http.request(**self._request_args(call))
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from exc
+        return self._answer(call, response)
+
+    async def org(self) -> str:
+        """The org of this client's key (asked of the service once)."""
+        if self._org is None:
+            self._org = await self._send(self._whoami())
+        return self._org
+
+    async def retrieve(self, request: RetrieveRequest | Mapping[str, Any]) -> RetrieveResponse:
+        return await self._send(self._retrieve(request))
+
+    async def result(self, call_id: str, *, wait: float = 0.0) -> Synthesis:
+        return await self._send(self._result(call_id, wait))
+
+    async def feedback(self, call_id: str, rating: int, comment: str | None = None) -> Feedback:
+        return await self._send(self._feedback(await self.org(), call_id, rating, comment))
+
+    async def remember(self, record: str | RecordRef | Mapping[str, Any], text: str, *,
+                       created_at: datetime | None = None) -> Memory:  # fmt: skip
+        return await self._send(self._remember(await self.org(), record, text, created_at))
+
+    async def add_document(self, document: Document | NewDocument | Mapping[str, Any]) -> Document:
+        return await self._send(self._add_document(await self.org(), document))
+
+    async def load_bundle(self, source: str | Path | Mapping[str, Any] | Bundle) -> LoadReport:
+        return await self._send(self._load_bundle(source))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:  # fmt: skip
+        await self.aclose()
+
+
+# -- errors ------------------------------------------------------------------------------------------------
+def error_from(response: httpx.Response) -> DossierError:
+    """The :mod:`dossier.errors` exception for an error answer of the service (``{"detail": {...}}``)."""
+    status = response.status_code
+    try:
+        detail = response.json().get("detail") or {}
+    except (ValueError, AttributeError):
+        detail = {}
+    if not isinstance(detail, dict):
+        detail = {"message": str(detail)}
+    message = str(detail.get("message") or response.reason_phrase or f"HTTP {status}")
+    if status == 401:
+        return Unauthorized(message)
+    if status == 403:
+        return Forbidden(message)
+    if status == 404:
+        return NotFound(message)
+    if status == 422:
+        if detail.get("problems") is not None:
+            return BundleError([_problem(line) for line in detail["problems"]])
+        return InvalidRequest(message, field=detail.get("field"))
+    if status == 502:
+        return ProviderError(message, status_code=status, body=response.text[:2000])
+    if status == 503:
+        return StoreUnavailable(message)
+    if 400 <= status < 500:
+        return UsageError(f"HTTP {status}: {message}")
+    return DossierError(f"HTTP {status}: {message}")
+
+
+def _problem(line: str) -> Problem:
+    """A bundle problem back from its one-line form, ``kind [item id]: message``."""
+    where, _, message = str(line).partition(": ")
+    kind, _, item_id = where.partition(" ")
+    return Problem(kind, item_id or None, message)
+
+
+# -- helpers -----------------------------------------------------------------------------------------------
+def _segment(value: str) -> str:
+    if not value or "/" in value or value in (".", ".."):
+        raise InvalidRequest(f"invalid call id {value[:100]!r}", field="call_id")
+    return value
+
+
+def _record_ref(record: str | RecordRef | Mapping[str, Any]) -> RecordRef:
+    if isinstance(record, RecordRef):
+        return record
+    if isinstance(record, str):
+        return _validate(RecordRef, {"id": record}, prefix="record")
+    return _validate(RecordRef, record, prefix="record")
+
+
+def _as_document(org: str, document: Document | NewDocument | Mapping[str, Any]) -> Document:
+    """The document as the service will store it (the same split and defaults as ``Service.add_documents``)."""
+    if isinstance(document, Document):
+        if document.is_system:
+            raise UsageError("a system document is loaded with a bundle (load_bundle), not add_document")
+        return document
+    new = document if isinstance(document, NewDocument) else _validate(NewDocument, document)
+    common: dict[str, Any] = dict(doc_type=new.doc_type, tags=new.tags, visible_to_roles=new.visible_to_roles,
+                                  attached_record=new.attached_record)  # fmt: skip
+    if new.markdown is not None:
+        try:
+            return document_from_markdown(new.markdown, org=new.org or org, title=new.title, doc_id=new.id, **common)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise InvalidRequest(f"invalid document: {exc}".splitlines()[0], field="markdown") from None
+    sections = [s.model_dump() for s in new.sections or []]
+    return _validate(Document, {"id": new.id or slug(new.title or ""), "org": new.org or org, "title": new.title,
+                                "sections": sections, **common})  # fmt: skip
+
+
+def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+def _tool_text(answer: Any, name: str) -> str:
+    """The text of an MCP tool's answer; a tool error as the error it stands for."""
+    if "error" in answer:
+        raise DossierError(f"the {name} tool failed: {answer['error'].get('message', '')}")
+    result = answer.get("result") or {}
+    text = "".join(c.get("text", "") for c in result.get("content") or [] if c.get("type") == "text")
+    if result.get("isError"):
+        message = text.removeprefix(f"Error executing tool {name}: ")
+        if message.startswith(("no record with", "unknown")):
+            raise NotFound(message)
+        if "another org" in message or "is not this key's org" in message:
+            raise Forbidden(message)
+        raise UsageError(message)
+    return text
+
+
+def _report(summary: Any) -> LoadReport:
+    return LoadReport(inserted=summary["inserted"], updated=summary["updated"], unchanged=summary["unchanged"],
+                      embedded=summary["embedded"], seconds=summary["seconds"],
+                      ignored_keys=list(summary.get("ignored_keys") or []),
+                      ignored_fields=dict(summary.get("ignored_fields") or {}))  # fmt: skip
+

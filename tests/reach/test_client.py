@@ -1,0 +1,205 @@
+"""``dossier.Client`` and ``dossier.AsyncClient`` against a real ``dossier serve``: the same request gives
+the same items as the library, every method returns the library's typed objects, and HTTP errors come back
+as the library's error tree. On SQLite, and on PostgreSQL (a real server, as the store tests start one)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import dossier
+from dossier.providers.embeddings import OnnxMiniLM
+from dossier.schema import Synthesis
+from dossier.stores.service_base import Feedback
+from tests.postgres_server import TestServer
+from tests.scripted_llm import ScriptedLLM, scripted, scripted_server  # noqa: F401 - fixtures
+
+from .conftest import BRIEF, SAMPLE, Served, item_keys, keys_for, serve
+
+REQUESTS: list[dict[str, Any]] = [
+    BRIEF,
+    {**BRIEF, "depth": "fast", "budget": {"totalTokens": 1500}},
+    {"mode": "scout", "message": "Which customers are in the evaluation stage?"},
+    {"mode": "fetch", "fetch": ["doc-refund"], "message": "How long is the refund window?"},
+    {"record": {"website": "acme.com"}, "message": "Who are the contacts and what did they ask for?", "trace": True},
+]
+
+
+def same_answer(remote: dossier.RetrieveResponse, local: dossier.RetrieveResponse) -> None:
+    assert isinstance(remote, dossier.RetrieveResponse)
+    assert item_keys(remote) == item_keys(local)
+    assert remote.record == local.record and remote.mode == local.mode and remote.partial == local.partial
+    assert {s: r.status for s, r in remote.sources.items()} == {s: r.status for s, r in local.sources.items()}
+    assert remote.budget == local.budget
+    for source, result in remote.sources.items():  # the same items, field for field (scores to float noise)
+        for got, want in zip(result.items, local.sources[source].items):
+            g, w = got.model_dump(), want.model_dump()
+            assert g.pop("score", None) == pytest.approx(w.pop("score", None), abs=1e-4), (source, g)
+            assert g == w
+
+
+@pytest.mark.parametrize("request_body", REQUESTS, ids=["brief", "fast-small", "scout", "fetch", "company-trace"])
+def test_the_client_returns_what_the_library_returns(served: Served, engine_of: Callable[[str], dossier.Engine],
+                                                     request_body: dict[str, Any]) -> None:  # fmt: skip
+    engine = engine_of(served.store_url)
+    with dossier.Client(served.url, served.keys["ana"]) as client:
+        remote = client.retrieve(request_body)
+    same_answer(remote, engine.retrieve(request_body, org="northwind", caller="ana"))
+
+
+def test_the_async_client_returns_what_the_library_returns(served: Served,
+                                                           engine_of: Callable[[str], dossier.Engine]) -> None:  # fmt: skip
+    async def both() -> list[dossier.RetrieveResponse]:
+        async with dossier.AsyncClient(served.url, served.keys["ana"]) as client:
+            return list(await asyncio.gather(client.retrieve(BRIEF), client.retrieve(REQUESTS[2])))
+
+    brief, scout = asyncio.run(both())
+    engine = engine_of(served.store_url)
+    same_answer(brief, engine.retrieve(BRIEF, org="northwind", caller="ana"))
+    same_answer(scout, engine.retrieve(REQUESTS[2], org="northwind", caller="ana"))
+
+
+def test_a_typed_request_and_the_key_decide_org_and_caller(served: Served) -> None:
+    request = dossier.RetrieveRequest.model_validate(BRIEF)
+    with dossier.Client(served.url, served.keys["zoe"]) as client:  # southwind: jane is not one of its records
+        response = client.retrieve(request)
+        assert client.org == "southwind"
+    assert response.record is None or response.record.id != "rec-jane"
+
+
+def test_writes_return_the_library_types_and_are_found_again(served: Served) -> None:
+    with dossier.Client(served.url, served.keys["admin"]) as client:
+        by_email = client.remember({"email": "Marta@Globex.com"}, "Marta asked for a Polish invoice template.")
+        by_id = client.remember("rec-marta", "Marta wants the renewal quote by Friday.")
+        for memory in (by_email, by_id):
+            assert isinstance(memory, dossier.Memory) and memory.org == "northwind" and memory.record == "rec-marta"
+        document = client.add_document({"markdown": "# Travel policy\n\n## Flights\nEconomy below six hours.\n\n"
+                                        "## Hotels\nUp to 180 EUR a night.", "doc_type": "policy", "tags": ["travel"]})  # fmt: skip
+        assert isinstance(document, dossier.Document) and document.org == "northwind"
+        assert [s.heading for s in document.sections] == ["Flights", "Hotels"]
+        typed = dossier.Document(id="doc-parking", org="northwind", title="Parking",
+                                 sections=[dossier.Section(id="doc-parking-1", heading="Visitors", text="Bay 4.")])  # fmt: skip
+        assert client.add_document(typed) == typed
+        report = client.load_bundle({"records": [{"id": "rec-new", "kind": "contact", "identifiers": {"email": "new@initech.com"}}]})
+        assert isinstance(report, dossier.LoadReport) and report.inserted == {"records": 1}
+        found = client.retrieve({"record": {"email": "marta@globex.com"}, "message": "invoice template"})
+        assert {by_email.id, by_id.id} <= {m.id for m in found.sources["memories"].items}
+        fetched = client.retrieve({"fetch": [document.id]})
+        assert [s.section_id for s in fetched.sources["documents"].items] == [s.id for s in document.sections]
+        rated = client.feedback(found.call_id, 5, "had the invoice ask")
+        assert isinstance(rated, Feedback) and (rated.org, rated.caller, rated.rating) == ("northwind", "admin", 5)
+
+
+def test_a_bundle_file_loads_through_the_client(served: Served, tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"records": [{"id": "rec-file", "org": "northwind", "kind": "company",
+                                             "identifiers": {"website": "file.example"}}]}))  # fmt: skip
+    with dossier.Client(served.url, served.keys["admin"]) as client:
+        assert client.load_bundle(path).inserted == {"records": 1}
+        assert client.load_bundle(str(path)).unchanged == {"records": 1}
+        with pytest.raises(dossier.UsageError, match="cannot read bundle"):
+            client.load_bundle(tmp_path / "missing.json")
+
+
+def test_http_errors_are_the_library_errors(served: Served, engine_of: Callable[[str], dossier.Engine]) -> None:
+    with dossier.Client(served.url, "dk_nope_nope") as client:
+        with pytest.raises(dossier.Unauthorized):
+            client.retrieve(BRIEF)
+    with dossier.Client(served.url, served.keys["ana"]) as client:
+        with pytest.raises(dossier.InvalidRequest) as local:  # validated before anything is sent
+            client.retrieve({**BRIEF, "budget": {"totalTokens": 50_001}})
+        assert local.value.field == "budget.totalTokens"
+        with pytest.raises(dossier.InvalidRequest) as remote:  # refused by the server
+            client.retrieve({"continuation": "never-issued"})
+        assert remote.value.field == "continuation"
+        call_id = client.retrieve(BRIEF).call_id
+        with pytest.raises(dossier.NotFound, match="not deferred"):
+            client.result(call_id)
+        with pytest.raises(dossier.NotFound):
+            client.result("0" * 32)
+        with pytest.raises(dossier.NotFound, match="no record with email"):
+            client.remember({"email": "nobody@acme.com"}, "anything")
+        with pytest.raises(dossier.Forbidden, match="admin"):  # ana may not load bundles
+            client.load_bundle({"records": []})
+        with pytest.raises(dossier.InvalidRequest):
+            client.feedback(call_id, 6)
+    with dossier.Client(served.url, served.keys["zoe"]) as other:
+        with pytest.raises(dossier.Forbidden):
+            other.result(call_id)
+        with pytest.raises(dossier.Forbidden):
+            other.feedback(call_id, 3)
+    bad = {"memories": [{"id": "m-x", "org": "northwind", "record": "rec-nobody", "text": "hi",
+                         "created_at": "2025-01-01T00:00:00Z"}]}  # fmt: skip
+    with dossier.Client(served.url, served.keys["admin"]) as admin:
+        with pytest.raises(dossier.BundleError) as broken:
+            admin.load_bundle(bad)
+    with pytest.raises(dossier.BundleError) as in_process:
+        engine_of(served.store_url).load_bundle(bad)
+    assert broken.value.problems == in_process.value.problems and broken.value.problems[0].item_id == "m-x"
+
+
+def test_an_unreachable_service_is_store_unavailable() -> None:
+    from tests.service.conftest import free_port
+
+    with dossier.Client(f"http://127.0.0.1:{free_port()}", "dk_a_b", timeout=5) as client:
+        with pytest.raises(dossier.StoreUnavailable, match="cannot reach"):
+            client.retrieve(BRIEF)
+    with pytest.raises(dossier.UsageError):
+        dossier.Client("127.0.0.1:8000", "dk_a_b")
+
+
+def test_async_errors_and_writes(served: Served) -> None:
+    async def run() -> None:
+        async with dossier.AsyncClient(served.url, served.keys["ben"]) as client:
+            memory = await client.remember({"phone": "+1 415 555 0100"}, "Jane's team moves to the EU region in May.")
+            assert memory.record == "rec-jane" and memory.org == "northwind"
+            with pytest.raises(dossier.Forbidden):
+                await client.load_bundle({"records": []})
+            with pytest.raises(dossier.NotFound):
+                await client.result("f" * 32)
+
+    asyncio.run(run())
+
+
+def test_a_deferred_answer_comes_back_as_a_synthesis(tmp_path: Path, sample_db: Path, embedder: OnnxMiniLM,
+                                                     scripted: ScriptedLLM) -> None:  # noqa: F811  # fmt: skip
+    scripted.on("synthesize", {"answer": "Up to 15% [D1].", "confidence": 0.7, "sources_used": ["D1"]})
+    path = tmp_path / "deferred.db"
+    path.write_bytes(sample_db.read_bytes())
+    store_url = f"sqlite:///{path}"
+    keys = keys_for(store_url, embedder)
+    for base in serve(store_url, DOSSIER_LLM="openai:scripted", OPENAI_BASE_URL=scripted.base_url,
+                      OPENAI_API_KEY="test"):  # fmt: skip
+        with dossier.Client(base, keys["ana"]) as client:
+            response = client.retrieve({**BRIEF, "synthesize": True, "deferred": True})
+            assert response.synthesis is not None and response.synthesis.pending
+            answer = client.result(response.call_id, wait=20)
+            assert isinstance(answer, Synthesis) and not answer.pending and answer.answer == "Up to 15% [D1]."
+        with dossier.Client(base, keys["ben"]) as colleague:  # the same org; the answer is ana's
+            with pytest.raises(dossier.NotFound):
+                colleague.result(response.call_id)
+
+
+@pytest.fixture(scope="module")
+def served_postgres(postgres_server: TestServer, embedder: OnnxMiniLM) -> Iterator[Served]:
+    url = postgres_server.create_database()
+    try:
+        with dossier.open(url, embedder=embedder) as engine:
+            engine.load_bundle(SAMPLE)
+        keys = keys_for(url, embedder)
+        for base in serve(url):
+            yield Served(url=base, store_url=url, keys=keys)
+    finally:
+        postgres_server.drop_database(url)
+
+
+def test_the_client_returns_what_the_library_returns_on_postgres(served_postgres: Served,
+                                                                 engine_of: Callable[[str], dossier.Engine]) -> None:  # fmt: skip
+    engine = engine_of(served_postgres.store_url)
+    with dossier.Client(served_postgres.url, served_postgres.keys["ana"]) as client:
+        for request_body in (BRIEF, REQUESTS[2], REQUESTS[4]):
+            same_answer(client.retrieve(request_body), engine.retrieve(request_body, org="northwind", caller="ana"))
