@@ -122,12 +122,14 @@ class Engine:
     # -- retrieving --------------------------------------------------------------------------------
     def retrieve(
         self, request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None,
-        full_trace: bool = False,
+        full_trace: bool = False, max_deadline_ms: int | None = None,
     ) -> RetrieveResponse:
         """One call about one record: the layers of DESIGN.md section 2 in order (see dossier.retrieve).
         ``call_id`` names the call in advance (the service charges and audits it under that id).
-        ``full_trace`` (in-process only, for evaluation) keeps in the trace what the caller may not see."""
-        return retrieve(self, request, org=org, caller=caller, call_id=call_id, full_trace=full_trace)
+        ``full_trace`` (in-process only, for evaluation) keeps in the trace what the caller may not see.
+        ``max_deadline_ms`` lowers a longer ``deadline_ms`` (the service passes its maximum)."""
+        return retrieve(self, request, org=org, caller=caller, call_id=call_id, full_trace=full_trace,
+                        max_deadline_ms=max_deadline_ms)  # fmt: skip
 
     def result(self, call_id: str, *, org: str, caller: str, wait: float = 0.0) -> Synthesis:
         """The synthesis of an earlier ``deferred`` call (``pending`` while it runs; waits up to ``wait``
@@ -137,6 +139,11 @@ class Engine:
     def defer(self, call_id: str, work: Any, *, org: str, caller: str) -> None:
         """Run ``work`` (returning a Synthesis) in the background as the result of ``call_id``."""
         self._deferred.submit(call_id, work, org=org, caller=caller)
+
+    def keep_late(self, call_id: str, pending: Any, *, org: str, caller: str) -> None:
+        """Keep the synthesis still running after its call's deadline (a ``dossier.deadline.Pending``)
+        as the result of ``call_id``, fetched with :meth:`result` like a deferred one."""
+        self._deferred.adopt(call_id, pending, org=org, caller=caller)
 
     def embed_query(self, text: str):  # type: ignore[no-untyped-def]
         self.embedder  # noqa: B018 - binds the store on first use

@@ -26,7 +26,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from .errors import DossierError
 from .identifiers import clip
-from .schema import Budget, Depth, Filters, Mode, RecordRef, SourceFlags
+from .schema import MAX_DEADLINE_MS, MIN_DEADLINE_MS, Budget, Depth, Filters, Mode, RecordRef, SourceFlags
 from .service import MESSAGE_ECHO, FeedbackRequest, NewDocument, Principal, Service, _validate, bearer_key
 
 PrincipalOf = Callable[[Context], Principal]
@@ -63,6 +63,9 @@ when the server has a model). `budget.totalTokens` is the size of the packed con
 8000, at most 50000).
 - `sources` switches a source on or off ({"graph": false}); `synthesize: true` asks for a cited answer \
 when the server has a chat model.
+- `deadline_ms` (default 10000, at most 120000; the server may lower it) bounds the call: model steps \
+that cannot finish in time fall back and `route.deadline` names them; an answer not ready in time is \
+null with its error, and the context comes back complete.
 Your organisation and identity come from your API key; never pass them."""
 
 REMEMBER = """\
@@ -112,11 +115,13 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
         synthesize: bool = False,
         deferred: bool = False,
         trace: bool = False,
+        deadline_ms: Annotated[int | None, Field(ge=MIN_DEADLINE_MS, le=MAX_DEADLINE_MS)] = None,
     ) -> str:
         given = {
             "mode": mode, "record": record, "message": message, "sources": sources, "depth": depth, "budget": budget,
             "filters": filters, "infer_filters": infer_filters, "augmentation": augmentation, "fetch": fetch,
             "continuation": continuation, "synthesize": synthesize, "deferred": deferred, "trace": trace,
+            "deadline_ms": deadline_ms,
         }  # fmt: skip
         request = {k: v.model_dump(exclude_none=True) if hasattr(v, "model_dump") else v
                    for k, v in given.items() if v is not None}  # fmt: skip

@@ -7,15 +7,17 @@ a caller may not see is ever selected, packed or shown to a model.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Mapping
 
 from pydantic import ValidationError
 
+from .deadline import within
 from .errors import InvalidRequest, NotFound
 from .layers.budget import pack
 from .layers.context import Call
 from .layers.govern import govern
-from .layers.plan import plan
+from .layers.plan import call_deadline, plan
 from .layers.recall import recall
 from .layers.report import report
 from .layers.rerank import rerank
@@ -49,11 +51,13 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
 
 def retrieve(
     engine: "Engine", request: RetrieveRequest | Mapping[str, Any], *, org: str, caller: str, call_id: str | None = None,
-    full_trace: bool = False,
+    full_trace: bool = False, max_deadline_ms: int | None = None,
 ) -> RetrieveResponse:
     """``full_trace`` is for in-process operators' tools only (``dossier eval``): with ``trace: true`` the
     trace then also names the items this caller may not see. It is no field of the request, so no front
-    end (HTTP, MCP, CLI retrieve) can ask for it."""
+    end (HTTP, MCP, CLI retrieve) can ask for it. ``max_deadline_ms`` lowers a longer deadline (the
+    service's maximum); the deadline counts from here (``dossier.deadline``)."""
+    started = time.monotonic()
     parsed = parse_request(request)
     if not org or engine.store.get_org(org=org) is None:
         raise NotFound(f"unknown org {org!r}")
@@ -63,8 +67,11 @@ def retrieve(
     call = Call(engine=engine, request=parsed, org=org, caller=who, settings=engine.settings_for(org), full_trace=full_trace)
     if call_id:  # the service names the call before it runs: it is charged up front under that id
         call.call_id = call_id
-    with metered(call.meter):  # every model request of this call is counted on it
+    deadline = call_deadline(parsed, call.settings, model=getattr(engine, "llm", None) is not None,
+                             max_ms=max_deadline_ms, started=started)  # fmt: skip
+    with metered(call.meter), within(deadline):  # every model request is counted on the call, and keeps to its deadline
         for layer in PIPELINE:
-            layer(call)
+            with deadline.layer(layer.__name__):
+                layer(call)
     assert call.response is not None
     return call.response

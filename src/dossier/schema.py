@@ -24,6 +24,8 @@ MAX_BUDGET = 50_000
 MAX_FETCH = 20
 MAX_MESSAGE = 4000  # characters of the question, and of each rephrasing in ``augmentation``
 MAX_AUGMENTATION = 10
+MIN_DEADLINE_MS = 100  # a call's deadline: at least this...
+MAX_DEADLINE_MS = 120_000  # ...and at most this (a service may lower it further: docs/service.md)
 
 
 class _Strict(BaseModel):
@@ -99,6 +101,11 @@ class RetrieveRequest(_Strict):
     synthesize: StrictBool = False
     deferred: StrictBool = False
     trace: StrictBool = False
+    deadline_ms: StrictInt | None = Field(
+        default=None, ge=MIN_DEADLINE_MS, le=MAX_DEADLINE_MS,
+        description="milliseconds the call may take; model steps that cannot finish in time fall back "
+        "(default Settings.deadline_ms, 10000)",
+    )  # fmt: skip
 
     @field_validator("augmentation", mode="before")
     @classmethod

@@ -210,7 +210,8 @@ class Service:
         self._ledger(org, call_id, "charge", item, units, at)
         given_back = 0
         try:
-            response = self.engine.retrieve(parsed, org=org, caller=principal.caller, call_id=call_id)
+            response = self.engine.retrieve(parsed, org=org, caller=principal.caller, call_id=call_id,
+                                            max_deadline_ms=self.engine.settings_for(org).service.max_deadline_ms)  # fmt: skip
             back = units - self.price(parsed, response, org=org)[1]
             if back > 0:
                 self._ledger(org, call_id, "adjust", item, -back, self.clock())
@@ -298,7 +299,8 @@ class Service:
         summary = audit_dict(row)
         out: dict[str, Any] = {"call_id": row.call_id, "status": row.outcome, "summary": summary, "synthesis": None}
         result = getattr(self.engine, "result", None)
-        if callable(result) and row.outcome == "ok" and summary["shape"].get("deferred"):
+        background = summary["shape"].get("deferred") or summary["shape"].get("synthesis_background")
+        if callable(result) and row.outcome == "ok" and background:
             try:
                 synthesis = result(call_id, org=principal.org, caller=principal.caller, wait=min(max(wait, 0.0), 30.0))
             except NotFound:
@@ -478,6 +480,7 @@ def call_shape(request: RetrieveRequest | None, response: RetrieveResponse | Non
             synthesize=request.synthesize,
             deferred=request.deferred,
             trace=request.trace,
+            deadline_ms=request.deadline_ms,
         )  # fmt: skip
     if response is not None:
         documents = response.route.get("documents")
@@ -497,6 +500,9 @@ def call_shape(request: RetrieveRequest | None, response: RetrieveResponse | Non
             bytes_used=sum(r.bytes_used for r in response.sources.values()),
             continuation=response.continuation is not None,
             synthesis=None if response.synthesis is None else ("error" if response.synthesis.error else "ok"),
+            # a synthesis still running after the call (deferred, or late for its deadline): fetched by call id
+            synthesis_background=bool(response.synthesis and response.synthesis.pending),
+            deadline_missed=response.route["deadline"].detail["missed"] if "deadline" in response.route else [],
         )  # fmt: skip
     return shape
 

@@ -69,6 +69,9 @@ class ServiceSettings:
     max_item_bytes: int = 5 << 20  # 5 MiB: POST /v1/records, /v1/memories, /v1/documents
     max_bundle_bytes: int = 20 << 20  # 20 MiB: POST /v1/bundles
     call_threads: int = 2  # threads per server process running retrieve calls (CPU-bound, one GIL)
+    # the longest deadline a call over HTTP or MCP gets: a request's longer deadline_ms is lowered to
+    # this (route.deadline.detail.requested_ms says what was asked)
+    max_deadline_ms: int = 30_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +114,8 @@ class Settings:
     # storage
     hnsw_min_rows: int = 200_000  # exact numpy search below this many vectors per org and kind
     embed_batch_size: int = 16
+    # a call's deadline (milliseconds) when the request gives no deadline_ms (docs/retrieve.md, Deadline)
+    deadline_ms: int = 10_000
     # timeouts (seconds)
     filter_timeout: float = 5.0
     external_timeout: float = 3.0

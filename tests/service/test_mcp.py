@@ -60,7 +60,7 @@ def test_tools_are_listed_described_and_retrieve_matches_the_python_api(live: Li
     by_name = {t.name: t for t in tools}
     schema = by_name["retrieve_unified"].input_schema
     assert {"mode", "record", "message", "sources", "depth", "budget", "filters", "infer_filters", "augmentation",
-            "fetch", "continuation", "synthesize", "deferred", "trace"} == set(schema["properties"])  # fmt: skip
+            "fetch", "continuation", "synthesize", "deferred", "trace", "deadline_ms"} == set(schema["properties"])  # fmt: skip
     assert "org" not in schema["properties"] and schema.get("additionalProperties") is False
     assert all(len(t.description or "") > 200 for t in tools)
     expected = live.engine.retrieve(BRIEF, org="northwind", caller="ana")

@@ -41,6 +41,7 @@ class QuestionResult:
     candidate_scores: dict[str, list[tuple[str, float, bool]]] = field(default_factory=dict)
     model: dict[str, dict[str, int]] = field(default_factory=dict)  # layer -> calls, tokens (model_cost)
     rankers: dict[str, str] = field(default_factory=dict)  # source -> the ranker that ran (route detail)
+    deadline: dict[str, dict[str, Any]] = field(default_factory=dict)  # model step -> its timing (deadline_steps)
 
 
 #: The layer each model step belongs to (``route["model"].detail["steps"]`` is keyed by step).
@@ -58,6 +59,13 @@ def model_cost(response: RetrieveResponse) -> dict[str, dict[str, int]]:
         for name in COST_FIELDS:
             layer[name] += int(used.get(name, 0))
     return out
+
+
+def deadline_steps(response: RetrieveResponse) -> dict[str, dict[str, Any]]:
+    """Each model step's timing against the call's deadline (``route.deadline.detail.steps``): ``outcome``
+    (``ok | error | timeout | no_time | circuit_open``) and ``ms``; empty when no model step ran."""
+    route = response.route.get("deadline")
+    return {step: dict(timing) for step, timing in (route.detail.get("steps", {}) if route else {}).items()}
 
 
 def _recall(gold: list[str], got: list[str]) -> float | None:

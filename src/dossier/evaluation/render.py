@@ -47,6 +47,13 @@ def render_eval(console: Console, report: EvalReport) -> None:
             cost.add_row(layer, str(used["calls"]), str(used["errors"]), str(used["prompt_tokens"]),
                          str(used["cached_tokens"]), str(used["completion_tokens"]), f"{per_question:.0f}")  # fmt: skip
         console.print(cost)
+    if report.deadline:
+        timing = Table(title="model steps against the deadline (most often out of time first)", title_justify="left")
+        for column in ("step", "questions", "out of time", "circuit open", "failed", "median ms", "max ms"):
+            timing.add_column(column, justify="left" if column == "step" else "right")
+        for step, t in report.deadline.items():
+            timing.add_row(step, *(f"{t[k]:g}" for k in ("questions", "out_of_time", "circuit_open", "error", "median_ms", "max_ms")))
+        console.print(timing)
     if report.losses:
         losses = Table(title="where gold evidence was lost (last layer that had it: reason)", title_justify="left")
         losses.add_column("layer: reason")

@@ -14,7 +14,7 @@ from ..engine import Engine, open_engine
 from ..providers.embeddings import Embedder
 from .dataset import Dataset, Question, load_dataset
 from .leakage import World, leaks
-from .metrics import COST_FIELDS, METRICS, QuestionResult, candidate_scores, losses, model_cost, score
+from .metrics import COST_FIELDS, METRICS, QuestionResult, candidate_scores, deadline_steps, losses, model_cost, score
 
 DEFAULT_REQUEST = {"mode": "brief", "budget": {"totalTokens": 8000}}
 
@@ -36,6 +36,9 @@ class EvalReport:
     results: list[QuestionResult] = field(default_factory=list, repr=False)
     model_by_layer: dict[str, dict[str, int]] = field(default_factory=dict)  # layer -> calls, errors, tokens
     rankers: dict[str, dict[str, int]] = field(default_factory=dict)  # source -> ranker that ran -> calls
+    # model step -> questions it ran in, how many ran out of the deadline, found the circuit open, failed,
+    # and its median and slowest time (ms); most often out of time first
+    deadline: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -43,10 +46,11 @@ class EvalReport:
             "by_category": self.by_category, "counts": self.counts, "leakage": self.leakage, "leaked": self.leaked,
             "latency_ms": self.latency_ms, "model_calls": self.model_calls, "tokens": self.tokens,
             "model_by_layer": self.model_by_layer, "losses": self.losses, "rankers": self.rankers,
+            "deadline": self.deadline,
             "per_question": [
                 {"id": r.id, "category": r.category, "metrics": r.metrics, "latency_ms": round(r.latency_ms, 2),
                  "leaks": r.leaks, "losses": [f"{l.kind} {l.id}: {l.layer} {l.reason}" for l in r.losses],
-                 "returned": r.returned, "model": r.model}
+                 "returned": r.returned, "model": r.model, "deadline": r.deadline}
                 for r in self.results
             ],
         }  # fmt: skip
@@ -95,6 +99,7 @@ def run(engine: Engine, dataset: Dataset, *, request: dict[str, Any] | None = No
                 model=model_cost(response),
                 rankers={source: str(response.route[source].detail["ranker"]) for source in ("documents", "memories")
                          if source in response.route and "ranker" in response.route[source].detail},
+                deadline=deadline_steps(response),
             )
         )  # fmt: skip
         if progress:
@@ -120,7 +125,7 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
             for name in COST_FIELDS:
                 into[name] += used[name]
     return EvalReport(
-        dataset=name, store=store, questions=len(results),
+        dataset=name, store=store, questions=len(results), deadline=deadline_summary(results),
         overall={m: _mean([r.metrics[m] for r in results]) for m in METRICS},
         by_category={c: {m: _mean([r.metrics[m] for r in rs]) for m in METRICS} for c, rs in sorted(by_category.items())},
         counts={c: len(rs) for c, rs in sorted(by_category.items())},
@@ -131,6 +136,23 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
         tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in by_layer.values()),
         losses=dict(loss_counts.most_common()), results=results, model_by_layer=by_layer, rankers=rankers,
     )  # fmt: skip
+
+
+def deadline_summary(results: list[QuestionResult]) -> dict[str, dict[str, float]]:
+    """Per model step: questions it ran in, out of time (``timeout``/``no_time``), ``circuit_open``,
+    ``error``, and its median and slowest ms; the steps that most often ran out of time first."""
+    steps: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        for step, timing in r.deadline.items():
+            steps[step].append(timing)
+    out: dict[str, dict[str, float]] = {}
+    for step, timings in steps.items():
+        outcomes = Counter(str(t.get("outcome")) for t in timings)
+        ms = [float(t.get("ms", 0.0)) for t in timings]
+        out[step] = {"questions": len(timings), "out_of_time": outcomes["timeout"] + outcomes["no_time"],
+                     "circuit_open": outcomes["circuit_open"], "error": outcomes["error"],
+                     "median_ms": round(statistics.median(ms), 1), "max_ms": round(max(ms), 1)}  # fmt: skip
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["out_of_time"], -kv[1]["circuit_open"], kv[0])))
 
 
 def evaluate(path: str | Path, *, store_url: str | None = None, embedder: Embedder | str | None = None,

@@ -8,6 +8,9 @@
 
 They run only in ``deep`` calls when a chat model is configured, and they only raise: the layers
 that call them fall back to the heuristic and report it (``deep_timeout`` / ``deep_error``). Each
+asks the model on a thread of its own and is waited for until its end time under the call's deadline
+(:func:`dossier.deadline.run_step`), whatever the chat model does; a layer that runs two of them at
+once starts them with :func:`~dossier.deadline.start_step` itself. Each
 prompt puts what is stable first (instructions, then any catalogue) and the question last, so a
 provider's prompt cache can reuse the prefix across questions. The layers mask personal data in the
 question before it gets here (:mod:`dossier.providers.pii`).
@@ -21,6 +24,7 @@ from typing import Sequence
 from pydantic import BaseModel, Field
 
 from ..bundle import Document
+from ..deadline import run_step
 from ..providers.llm import ChatModel, Message
 from ..schema import Filters
 from .context import SectionCandidate
@@ -70,7 +74,8 @@ class ModelFilterInferrer:
         return [{"role": "system", "content": FILTER_INSTRUCTIONS}, {"role": "user", "content": user}]
 
     def infer(self, message: str, *, vocabulary: Filters | None = None) -> InferredFilters | None:
-        out = self.llm.complete(self.prompt(message, vocabulary), output=FilterOutput, step="filters")
+        messages = self.prompt(message, vocabulary)
+        out = run_step("filters", lambda: self.llm.complete(messages, output=FilterOutput, step="filters"))
         doc_types, tags = _dedupe(out.doc_types), _dedupe(out.tags)
         dropped: list[str] = []
         if vocabulary is not None:
@@ -114,7 +119,8 @@ class ModelAugmenter:
         return [{"role": "system", "content": REPHRASE_INSTRUCTIONS}, {"role": "user", "content": f"Question: {message}"}]
 
     def rephrase(self, message: str) -> list[str]:
-        out = self.llm.complete(self.prompt(message), output=RephraseOutput, step="rephrase")
+        messages = self.prompt(message)
+        out = run_step("rephrase", lambda: self.llm.complete(messages, output=RephraseOutput, step="rephrase"))
         seen = {message.strip().lower()}
         kept: list[str] = []
         for text in out.rephrasings:
@@ -187,7 +193,8 @@ class ModelSelector:
         return [{"role": "system", "content": SELECT_INSTRUCTIONS}, {"role": "user", "content": user}]
 
     def select(self, question: str, candidates: list[SectionCandidate], documents: dict[str, Document]) -> list[Pick]:
-        out = self.llm.complete(self.prompt(question, candidates, documents), output=SelectionOutput, step="select")
+        messages = self.prompt(question, candidates, documents)
+        out = run_step("select", lambda: self.llm.complete(messages, output=SelectionOutput, step="select"))
         picks: list[Pick] = []
         for p in out.picks:
             if all(p.section_id.strip() != q.section_id for q in picks):

@@ -1,9 +1,14 @@
-"""Layer 1, plan: which mode, which sources, which depth, and how the depth was downgraded."""
+"""Layer 1, plan: which mode, which sources, which depth, and how the depth was downgraded; and the
+call's deadline (:func:`call_deadline`, chosen before the first layer runs)."""
 
 from __future__ import annotations
 
+import time
+
+from ..deadline import Deadline
 from ..errors import InvalidRequest
 from ..schema import SOURCE_NAMES, Mode, RetrieveRequest, SourceName
+from ..settings import Settings
 from .context import Call, Plan
 from .session import restore
 
@@ -61,4 +66,20 @@ def plan(call: Call) -> None:
         effective_depth=effective,
         depth_fallback=fallback,
         model_steps=effective == "deep",  # fast and standard never call a model (synthesis is asked for apart)
+    )
+
+
+def call_deadline(request: RetrieveRequest, settings: Settings, *, model: bool, max_ms: int | None = None,
+                  started: float | None = None) -> Deadline:  # fmt: skip
+    """The deadline of a call: the request's ``deadline_ms``, else ``settings.deadline_ms``; lowered to
+    ``max_ms`` when that is given and shorter (a service's maximum). Its model steps' end times leave
+    room for synthesis when the call waits for one (``synthesize``, not ``deferred``, a ``model``)."""
+    ms = request.deadline_ms if request.deadline_ms is not None else settings.deadline_ms
+    lowered = max_ms is not None and ms > max_ms
+    return Deadline.plan(
+        (max_ms if lowered and max_ms is not None else ms) / 1000,
+        synthesis=request.synthesize and not request.deferred and model,
+        started=time.monotonic() if started is None else started,
+        source="request" if request.deadline_ms is not None else "default",
+        requested_ms=ms if lowered else None,
     )

@@ -5,12 +5,16 @@ before governance has judged them), and the caller sees the decisions about item
 for it (``Call.cleared``) or that were returned to it. Every other item is counted per layer and
 reason in ``withheld``, with no id, score or title, so an item that exists but may not be seen reads
 like one that does not exist.
+
+``route["deadline"]`` says how the call kept to its deadline (:meth:`dossier.deadline.Deadline.report`),
+and ``route["model"].detail["circuit"]`` the state of each model URL's circuit breaker.
 """
 
 from __future__ import annotations
 
 import re
 
+from ..deadline import current_deadline
 from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Route, Synthesis, TraceEntry, item_key
 from .context import Call
 from .session import keep
@@ -36,6 +40,13 @@ def report(call: Call) -> None:
     llm = getattr(call.engine, "llm", None)
     if call.meter.calls or llm is not None:  # what the model steps of this call cost, per step
         call.route["model"] = Route(ran=bool(call.meter.calls), backend=getattr(llm, "name", None), detail=call.meter.summary())
+        models = (llm, getattr(call.engine, "reranker", None))
+        circuits = {b.url: b.status() for b in (getattr(m, "breaker", None) for m in models) if b is not None}
+        if circuits:
+            call.route["model"].detail["circuit"] = circuits
+    deadline = current_deadline()
+    if deadline is not None:
+        call.route["deadline"] = Route(ran=True, detail=deadline.report())
     continuation = keep(call)  # layer 10: what did not fit waits in a session (layers/session.py)
     trace, withheld = caller_trace(call)
     call.response = RetrieveResponse(

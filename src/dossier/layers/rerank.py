@@ -4,12 +4,14 @@ It runs after fusion and after governance, so no section the caller may not see 
 endpoint (and personal data is masked before texts leave the process). It reranks the best
 ``document_candidates`` of the fused list; the rest keep their fused order behind them. Section
 selection then ranks by the reranker's order (thresholds stay on cosine scores). If the reranker
-fails the fused order stands, and the documents route says so (``deep_timeout`` / ``deep_error``,
-``detail["rerank_fallback"] = "rerank_error"``).
+fails, or has not answered by the rerank step's end time under the call's deadline
+(:mod:`dossier.deadline`), the fused order stands, and the documents route says so (``deep_timeout`` /
+``deep_error``, ``detail["rerank_fallback"] = "rerank_error"``).
 """
 
 from __future__ import annotations
 
+from ..deadline import run_step
 from .context import Call
 
 MAX_TEXT_CHARS = 2000  # cross-encoders read ~512 tokens; a longer text only costs bandwidth
@@ -36,7 +38,7 @@ def rerank(call: Call) -> None:
         masker = call.masker()
         query, texts = masker.mask(query), [masker.mask(t) for t in texts]
     try:
-        scores = reranker.rerank(query, texts)
+        scores = run_step("rerank", lambda: reranker.rerank(query, texts))
         if len(scores) != len(top):
             raise ValueError(f"{len(scores)} scores for {len(top)} texts")
     except Exception as exc:  # noqa: BLE001 - the fused order stands

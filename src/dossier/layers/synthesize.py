@@ -10,6 +10,12 @@ are mapped back to the ids of the returned items (``sources_used``, ``citations`
 ``deferred: true`` returns the context at once with ``synthesis.pending``; the answer is completed in
 the background and fetched with :meth:`dossier.Engine.result` (``dossier result CALL_ID``). A failure
 returns ``answer: null`` with the error, and the context is returned in full either way.
+
+Under the call's deadline (:mod:`dossier.deadline`) synthesis is waited for until its end time. One
+that has not answered by then gives ``answer: null`` with a timeout error (``route.synthesize``:
+``synthesis_timeout``); its request is not thrown away: it goes on, with its own timeout, and its
+answer is kept as a deferred one is (``pending: true`` in the response, fetched by ``call_id``), so
+what the call already paid for is not lost.
 """
 
 from __future__ import annotations
@@ -18,14 +24,14 @@ import re
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
-from threading import Lock
+from dataclasses import dataclass, field
+from threading import Event, Lock
 from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, Field
 
-from ..errors import NotFound
+from ..deadline import Deadline, Pending, current_deadline, start_step, within
+from ..errors import NotFound, ProviderTimeout
 from ..providers.llm import ChatModel, Message, Meter, metered
 from ..providers.pii import Masker
 from ..schema import SOURCE_NAMES, PropertyItem, Route, SourceName, SourceResult, Synthesis, item_key
@@ -83,6 +89,7 @@ class SynthesisJob:
     context: str
     labels: dict[str, str]
     masker: Masker
+    timed_out: bool = False  # the model did not answer in time (or was not asked: no time, circuit open)
 
     @classmethod
     def of(cls, call: Call, llm: ChatModel) -> "SynthesisJob":
@@ -105,6 +112,7 @@ class SynthesisJob:
         try:
             out = self.llm.complete(self.messages(), output=SynthesisOutput, step="synthesize")
         except Exception as exc:  # noqa: BLE001 - reported in the synthesis, never raised
+            self.timed_out = isinstance(exc, ProviderTimeout)
             return Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
         cited = [m.group(1) for m in _CITATION.finditer(out.answer)]
         cited += [label.strip().strip("[]").upper() for label in out.sources_used]
@@ -138,10 +146,47 @@ def synthesize(call: Call) -> None:
         call.engine.defer(call.call_id, job.run, org=call.org, caller=call.caller.id)
         call.synthesis = Synthesis(pending=True)
         return
-    call.synthesis = job.run()
+    deadline = current_deadline()
+    call.synthesis = job.run() if deadline is None else _by_deadline(call, job, deadline)
     route.detail["masked"] = len(job.masker.masked)
     if call.synthesis.error:
-        route.fallback_reason = "synthesis_error"
+        route.fallback_reason = "synthesis_timeout" if job.timed_out else "synthesis_error"
+    if call.synthesis.pending:
+        route.detail["continues_in_background"] = True
+
+
+def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis:
+    """Synthesis on a thread of its own, waited for until its end time. Its request keeps its own
+    timeout (it is not cut at the deadline): when it answers late, the answer is kept under the call id."""
+    meter = call.meter
+
+    def work() -> Synthesis:
+        own = Meter()
+        with within(None), metered(own):
+            synthesis = job.run()
+        if synthesis.error:  # reported as a value: say how the step ended in the deadline's timings
+            outcome = "error" if not job.timed_out else "timeout" if own.calls else "circuit_open"  # nothing sent: the circuit
+            deadline.mark("synthesize", outcome)
+        for model_call in own.calls:  # counted on the call too, when it answers in time
+            meter.record(model_call)
+        synthesis.usage = own.summary()
+        return synthesis
+
+    pending: Pending[Synthesis] = start_step("synthesize", work)
+    try:
+        synthesis = pending.result()
+    except ProviderTimeout as exc:
+        job.timed_out = True
+        if not pending.ran:  # never started: no time was left
+            return Synthesis(answer=None, error=f"synthesis timed out: {exc}")
+        call.engine.keep_late(call.call_id, pending, org=call.org, caller=call.caller.id)
+        return Synthesis(answer=None, pending=True, error=(
+            f"synthesis timed out: no answer by the call's deadline ({deadline.ms} ms); it goes on in the "
+            "background, and its answer can be fetched with the call_id like a deferred one"))  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - reported in the synthesis, never raised
+        return Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
+    synthesis.usage = None  # a synchronous synthesis is counted in route["model"]
+    return synthesis
 
 
 
@@ -151,6 +196,7 @@ class _Deferred:
     caller: str
     future: Future[Synthesis] | None = None
     synthesis: Synthesis | None = None
+    done: Event = field(default_factory=Event)
 
 
 class DeferredResults:
@@ -185,9 +231,29 @@ class DeferredResults:
         except Exception as exc:  # noqa: BLE001 - a background failure is a result, never lost
             synthesis = Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
         synthesis.usage = meter.summary()
+        self._finish(call_id, entry, synthesis)
+        return synthesis
+
+    def adopt(self, call_id: str, pending: Pending[Synthesis], *, org: str, caller: str) -> None:
+        """Keep, as the result of ``call_id``, a synthesis still running after its call returned."""
+        entry = _Deferred(org=org, caller=caller)
+        self._persist(call_id, entry, Synthesis(pending=True))
+        with self._lock:
+            self._entries[call_id] = entry
+            while len(self._entries) > self._keep:
+                self._entries.popitem(last=False)
+
+        def finished(value: Synthesis | None, error: BaseException | None) -> None:
+            if value is None:
+                value = Synthesis(answer=None, error=f"synthesis failed: {type(error).__name__}: {error}")
+            self._finish(call_id, entry, value)
+
+        pending.then(finished)
+
+    def _finish(self, call_id: str, entry: _Deferred, synthesis: Synthesis) -> None:
         entry.synthesis = synthesis
         self._persist(call_id, entry, synthesis)
-        return synthesis
+        entry.done.set()
 
     def _persist(self, call_id: str, entry: _Deferred, synthesis: Synthesis) -> None:
         try:
@@ -204,11 +270,8 @@ class DeferredResults:
         if entry is not None:
             if entry.org != org or entry.caller != caller:
                 raise NotFound(f"no result for call {call_id!r}")
-            if entry.future is not None and not entry.future.done() and wait > 0:
-                try:
-                    entry.future.result(timeout=wait)
-                except FutureTimeout:
-                    pass
+            if not entry.done.is_set() and wait > 0:
+                entry.done.wait(wait)
             return entry.synthesis or Synthesis(pending=True)
         while True:
             stored = self._store().get_result(call_id, org=org)

@@ -4,15 +4,20 @@ Model-backed variants plug in through two interfaces: a :class:`FilterInferrer` 
 :class:`Augmenter` (see :mod:`dossier.layers.model_steps`). The heuristics here never call a model. A
 step that uses a model runs only when the plan allows model steps (``deep`` with a model configured);
 otherwise, or when it fails, the heuristic runs and the route says so. The question is masked
-(:mod:`dossier.providers.pii`) before a model sees it, and the rephrasings are unmasked.
+(:mod:`dossier.providers.pii`) before a model sees it, and the rephrasings are unmasked. Filter
+inference and the rephrasings do not depend on each other: they ask the model at the same time, each
+on a thread of its own (:func:`dossier.deadline.start_step`), while this thread reads the filter
+vocabulary and embeds the question; the store and the embedder stay on this thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
+from ..deadline import start_step
 from ..schema import Filters, Route
 from .context import Call
 
@@ -106,12 +111,13 @@ def understand(call: Call) -> None:
     call.route["understand"] = route
     u.intent = classify_intent(call.message)
     route.detail["intent"] = u.intent
+    ahead = _start_model_steps(call)
     if request.filters is not None and not request.filters.empty:
         u.filters, u.filters_source = request.filters, "caller"
     elif not request.infer_filters:
         u.filters_source = "off"
     elif call.message:
-        inferred = _infer_filters(call)
+        inferred = _infer_filters(call, ahead.get("filters"))
         if inferred is not None:
             applied = inferred.confidence >= settings.filter_confidence
             u.inferred = {"filters": inferred.filters.model_dump(), "confidence": inferred.confidence,
@@ -125,7 +131,7 @@ def understand(call: Call) -> None:
     if request.augmentation:
         u.rephrasings, route.detail["augmentation"] = list(request.augmentation), "caller"
     elif call.message and call.plan and call.plan.model_steps:
-        u.rephrasings = _rephrase(call)
+        u.rephrasings = _rephrase(call, ahead.get("rephrase"))
     if any(uses_model(step) for step in (call.engine.filter_inferrer, call.engine.augmenter)) and call.plan:
         route.backend = "model" if call.plan.model_steps else "rules"
     query = _EXPLICIT.sub(" ", call.message).strip()
@@ -175,7 +181,42 @@ def uses_model(step: object) -> bool:
     return bool(getattr(step, "uses_model", False))
 
 
-def _infer_filters(call: Call) -> InferredFilters | None:
+def _start_model_steps(call: Call) -> dict[str, Callable[[], Any]]:
+    """Start the model steps this call will ask for (filter inference, rephrasings) at the same time;
+    step -> a function giving its result (or raising its error). Empty when no model step runs."""
+    request, engine = call.request, call.engine
+    if not (call.message and call.plan and call.plan.model_steps):
+        return {}
+    wants_filters = (request.filters is None or request.filters.empty) and request.infer_filters
+    wants_filters = wants_filters and uses_model(engine.filter_inferrer)
+    wants_rephrase = not request.augmentation and uses_model(engine.augmenter)
+    masked = call.masker().mask(call.message)
+    ahead: dict[str, Callable[[], Any]] = {}
+    if wants_rephrase:
+        augmenter = engine.augmenter
+        ahead["rephrase"] = start_step("rephrase", lambda: augmenter.rephrase(masked)).result
+    if wants_filters:
+        inferrer = engine.filter_inferrer
+        try:
+            vocabulary = _vocabulary(call)  # a store read: on this thread, while the rephrasings are asked for
+        except Exception as exc:  # noqa: BLE001 - reported as the filters step's failure
+            ahead["filters"] = _raising(exc)
+        else:
+            ahead["filters"] = start_step("filters", lambda: inferrer.infer(masked, vocabulary=vocabulary)).result
+    if ahead:
+        with contextlib.suppress(Exception):  # the recall layer embeds it anyway, and reports a failure
+            call.query_vector()
+    return ahead
+
+
+def _raising(error: Exception) -> Callable[[], Any]:
+    def get() -> Any:
+        raise error
+
+    return get
+
+
+def _infer_filters(call: Call, ahead: Callable[[], Any] | None = None) -> InferredFilters | None:
     inferrer = call.engine.filter_inferrer
     rules = RuleFilterInferrer()
     if not uses_model(inferrer):
@@ -184,7 +225,10 @@ def _infer_filters(call: Call) -> InferredFilters | None:
         return rules.infer(call.message)
     masker = call.masker()
     try:
-        inferred = inferrer.infer(masker.mask(call.message), vocabulary=_vocabulary(call))
+        if ahead is not None:
+            inferred = ahead()
+        else:
+            inferred = inferrer.infer(masker.mask(call.message), vocabulary=_vocabulary(call))
     except Exception as exc:  # noqa: BLE001 - the rule-based inferrer answers instead
         call.step_failed("filters", exc, fallback=rules.name)
         return rules.infer(call.message)
@@ -202,7 +246,7 @@ def _vocabulary(call: Call) -> Filters:
     return Filters(doc_types=sorted({d.doc_type for d in visible}), tags=sorted({t for d in visible for t in d.tags}))
 
 
-def _rephrase(call: Call) -> list[str]:
+def _rephrase(call: Call, ahead: Callable[[], Any] | None = None) -> list[str]:
     augmenter = call.engine.augmenter
     route = call.route["understand"]
     if not uses_model(augmenter):
@@ -212,7 +256,8 @@ def _rephrase(call: Call) -> list[str]:
         return []
     masker = call.masker()
     try:
-        rephrasings = [masker.unmask(r) for r in augmenter.rephrase(masker.mask(call.message))]
+        asked = ahead() if ahead is not None else augmenter.rephrase(masker.mask(call.message))
+        rephrasings = [masker.unmask(r) for r in asked]
     except Exception as exc:  # noqa: BLE001 - the question alone is searched
         call.step_failed("rephrase", exc, fallback="no rephrasings")
         route.detail["augmentation"] = "none"

@@ -7,10 +7,16 @@ works with ``OPENAI_BASE_URL`` alone.
 Every step asks for JSON and gets back a validated pydantic model (:meth:`ChatModel.complete`), or an
 error from the tree: :class:`~dossier.errors.ProviderTimeout` when the step's timeout passed,
 :class:`~dossier.errors.ProviderError` (with ``status_code`` and ``body``) for HTTP errors, refused
-connections and output that is not the JSON asked for. Retries are the client's own (backoff,
-``Retry-After``) and only where a retry is safe: a request-time step has one deadline and is never
-retried past it; synthesis, which a caller opted into and may run in the background, retries 429s,
-5xxs and dropped connections.
+connections and output that is not the JSON asked for.
+
+Inside a retrieve call (:mod:`dossier.deadline`) a request is given the step's own timeout or the time
+left before the step's end time, whichever is shorter, and is not sent at all when less than
+``MIN_STEP_SECONDS`` is left. Retries are only where they are safe and fit: outside a call's deadline
+(a synthesis running in the background) they are the client's own (backoff, ``Retry-After``), for
+the steps ``DEFAULT_RETRIES`` allows (synthesis: 429s, 5xxs, dropped connections); under a deadline a
+failed request is retried only when the server's ``Retry-After`` (or a short backoff) and another
+attempt of at least ``MIN_RETRY_SECONDS`` still fit before the step's end time. A URL that keeps timing
+out is not asked for a while (:mod:`dossier.providers.circuit`).
 
 Each request's token use (prompt, completion, and cached prompt tokens when the server reports
 ``usage.prompt_tokens_details.cached_tokens``) is recorded on the :class:`Meter` of the call that made
@@ -31,7 +37,9 @@ from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..deadline import MIN_STEP_SECONDS, current_deadline
 from ..errors import ConfigError, MissingExtra, ProviderError, ProviderTimeout
+from .circuit import CircuitBreaker, breaker_for
 
 T = TypeVar("T", bound=BaseModel)
 Message = Mapping[str, str]
@@ -44,6 +52,11 @@ DEFAULT_TIMEOUTS: Mapping[str, float] = {
 }  # fmt: skip
 #: Retries per step: request-time steps have a deadline and none; synthesis may retry.
 DEFAULT_RETRIES: Mapping[str, int] = {"filters": 0, "rephrase": 0, "select": 0, "rerank": 0, "synthesize": 2}
+#: Under a deadline, a retry is made only when at least this many seconds are left for it.
+MIN_RETRY_SECONDS = 0.5
+#: HTTP statuses worth a retry (as the ``openai`` client has them), and the longest backoff (seconds).
+RETRY_STATUSES = frozenset({408, 409, 429})
+MAX_BACKOFF = 4.0
 
 
 # -- metering ----------------------------------------------------------------------------------------
@@ -155,9 +168,10 @@ class OpenAIChat:
     """Any OpenAI-compatible ``/chat/completions`` endpoint, through the official ``openai`` client.
 
     ``timeouts`` and ``retries`` (per step, merged over :data:`DEFAULT_TIMEOUTS` /
-    :data:`DEFAULT_RETRIES`) bound each request. ``json_mode`` asks for ``{"type": "json_object"}``
-    (widely supported), a JSON schema (``json_schema``; OpenAI, vLLM, recent Ollama) or nothing (the
-    prompt alone asks for JSON); the reply is validated either way.
+    :data:`DEFAULT_RETRIES`) bound each request; a call's deadline bounds it further (module
+    docstring). ``json_mode`` asks for ``{"type": "json_object"}`` (widely supported), a JSON schema
+    (``json_schema``; OpenAI, vLLM, recent Ollama) or nothing (the prompt alone asks for JSON); the
+    reply is validated either way. ``breaker`` defaults to the process's breaker of the base URL.
     """
 
     def __init__(
@@ -170,6 +184,7 @@ class OpenAIChat:
         retries: Mapping[str, int] | None = None,
         json_mode: JsonMode = "json_object",
         temperature: float | None = 0.0,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         try:
             import openai
@@ -193,6 +208,7 @@ class OpenAIChat:
             raise ConfigError(f"cannot configure the chat model {self.name}: {exc} (set OPENAI_API_KEY, or "
                               "OPENAI_BASE_URL for a local server)") from exc  # fmt: skip
         self.base_url = str(self._client.base_url)
+        self.breaker = breaker if breaker is not None else breaker_for(self.base_url)
 
     def __repr__(self) -> str:
         return f"OpenAIChat({self.model!r}, base_url={self.base_url!r})"
@@ -205,14 +221,49 @@ class OpenAIChat:
         return None
 
     def complete(self, messages: Sequence[Message], *, output: type[T], step: str) -> T:
-        openai = self._openai
-        client = self._client.with_options(timeout=self.timeouts.get(step, 30.0), max_retries=self.retries.get(step, 0))
         kwargs: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
         response_format = self._response_format(output)
         if response_format is not None:
             kwargs["response_format"] = response_format
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
+        timeout, retries = self.timeouts.get(step, 30.0), self.retries.get(step, 0)
+        deadline = current_deadline()
+        if deadline is None:  # a background synthesis, or a step outside a call: the client's own retries
+            self._admit(step, None)
+            return self._request(kwargs, output, step, timeout, retries, {})
+        for attempt in range(retries + 1):
+            given = min(timeout, deadline.remaining(step))
+            self._admit(step, given)
+            hints: dict[str, Any] = {}
+            try:
+                return self._request(kwargs, output, step, given, 0, hints)
+            except ProviderError:
+                asked = hints.get("retry_after")  # the server's wait is kept; our own backoff is short
+                wait = float(asked) if asked is not None else min(0.5 * 2**attempt, MAX_BACKOFF)
+                if attempt == retries or not hints.get("retryable") or deadline.remaining(step) < wait + MIN_RETRY_SECONDS:
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _admit(self, step: str, given: float | None) -> None:
+        """Raise ProviderTimeout, sending nothing, when the deadline leaves no time or the URL's circuit is open."""
+        deadline = current_deadline()
+        if given is not None and given < MIN_STEP_SECONDS:
+            if deadline is not None:
+                deadline.mark(step, "no_time")
+            raise ProviderTimeout(f"{self.name} was not asked the {step} step: no time was left before its end time")
+        if not self.breaker.allow():
+            if deadline is not None:
+                deadline.mark(step, "circuit_open")
+            raise ProviderTimeout(f"{self.name} was {self.breaker.describe()}")
+
+    def _request(self, kwargs: dict[str, Any], output: type[T], step: str, timeout: float, retries: int,
+                 hints: dict[str, Any]) -> T:  # fmt: skip
+        """One request (which the client retries ``retries`` times); ``hints`` learns whether a retry
+        could help (``retryable``) and what the server asked to wait (``retry_after``, seconds)."""
+        openai = self._openai
+        client = self._client.with_options(timeout=timeout, max_retries=retries)
         started = time.perf_counter()
 
         def failed(kind: str) -> None:
@@ -222,19 +273,24 @@ class OpenAIChat:
             response = client.chat.completions.create(**kwargs)
         except openai.APITimeoutError as exc:
             failed("timeout")
-            raise ProviderTimeout(f"{self.name} did not answer the {step} step within "
-                                  f"{self.timeouts.get(step, 30.0):g} s") from exc  # fmt: skip
+            self.breaker.timed_out(timeout)
+            raise ProviderTimeout(f"{self.name} did not answer the {step} step within {timeout:.3g} s") from exc
         except openai.APIStatusError as exc:
             failed(f"http_{exc.status_code}")
+            self.breaker.answered()
+            hints["retryable"] = exc.status_code in RETRY_STATUSES or exc.status_code >= 500
+            hints["retry_after"] = _retry_after(exc.response.headers if exc.response is not None else {})
             body = exc.response.text if exc.response is not None else str(exc.body)
             raise ProviderError(f"{self.name} answered the {step} step with HTTP {exc.status_code}: {exc.message}",
                                 status_code=exc.status_code, body=body[:2000]) from exc  # fmt: skip
         except openai.APIConnectionError as exc:
             failed("connection")
+            hints["retryable"] = True
             raise ProviderError(f"cannot reach {self.name} at {self.base_url}: {exc}") from exc
         except openai.OpenAIError as exc:
             failed(type(exc).__name__)
             raise ProviderError(f"{self.name} failed in the {step} step: {exc}") from exc
+        self.breaker.answered()
         usage = getattr(response, "usage", None)
         details = getattr(usage, "prompt_tokens_details", None) if usage is not None else None
         content = response.choices[0].message.content if response.choices else None
@@ -255,6 +311,18 @@ class OpenAIChat:
             raise ProviderError(f"{self.name} gave {exc} in the {step} step", status_code=exc.status_code, body=exc.body) from exc
         spent(None)
         return value
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds a server asked to wait (``retry-after-ms`` or ``retry-after`` in seconds), if it said."""
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return max(float(value) / divisor, 0.0)
+            except ValueError:
+                continue
+    return None
 
 
 # -- configuration ---------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ Spec strings (``DOSSIER_RERANK``; :func:`reranker_from_env`):
   and answers ``{"results": [{"index", "relevance_score"}]}`` (Cohere, Jina, vLLM) or a list of
   ``{"index", "score"}`` (text-embeddings-inference); the fragment names the model, if it needs one.
 
-A reranker only raises; the rerank layer keeps the fused order when it does and reports it.
+A reranker only raises; the rerank layer keeps the fused order when it does and reports it. Inside a
+call, an HTTP reranker's request is given its timeout or the time left before the rerank step's end
+time, whichever is shorter (:mod:`dossier.deadline`), and a URL that keeps timing out is not asked
+for a while (:mod:`dossier.providers.circuit`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 from urllib.parse import urldefrag
 
+from ..deadline import MIN_STEP_SECONDS, current_deadline
 from ..errors import ConfigError, MissingExtra, ProviderError, ProviderTimeout
+from .circuit import CircuitBreaker, breaker_for
 from .llm import DEFAULT_TIMEOUTS, ModelCall, record
 
 
@@ -72,11 +77,27 @@ class HttpReranker:
     remote = True
 
     def __init__(self, url: str, *, model: str | None = None, api_key: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUTS["rerank"]) -> None:  # fmt: skip
+                 timeout: float = DEFAULT_TIMEOUTS["rerank"], breaker: CircuitBreaker | None = None) -> None:  # fmt: skip
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"a rerank endpoint must be an http(s) URL, not {url!r}")
         self.url, self.model, self.api_key, self.timeout = url, model, api_key, timeout
         self.name = f"rerank:{model}" if model else f"rerank:{url}"
+        self.breaker = breaker if breaker is not None else breaker_for(url)
+
+    def _given(self) -> float:
+        """Seconds this request may take: its timeout, or less under a call's deadline; raises
+        ProviderTimeout, sending nothing, when no time is left or the URL's circuit is open."""
+        deadline = current_deadline()
+        given = self.timeout if deadline is None else min(self.timeout, deadline.remaining("rerank"))
+        if given < MIN_STEP_SECONDS:
+            if deadline is not None:
+                deadline.mark("rerank", "no_time")
+            raise ProviderTimeout(f"{self.name} was not asked: no time was left before the rerank step's end time")
+        if not self.breaker.allow():
+            if deadline is not None:
+                deadline.mark("rerank", "circuit_open")
+            raise ProviderTimeout(f"{self.name} was {self.breaker.describe()}")
+        return given
 
     def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
         body: dict[str, Any] = {"query": query, "documents": list(texts)}
@@ -86,27 +107,33 @@ class HttpReranker:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        given = self._given()
         started = time.perf_counter()
 
         def done(error: str | None = None, tokens: int = 0) -> None:
             record(ModelCall("rerank", self.name, prompt_tokens=tokens, seconds=round(time.perf_counter() - started, 4), error=error))
 
+        def timed_out() -> ProviderTimeout:
+            done("timeout")
+            self.breaker.timed_out(given)
+            return ProviderTimeout(f"{self.name} did not answer within {given:.3g} s")
+
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=given) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             done(f"http_{exc.code}")
+            self.breaker.answered()
             text = exc.read().decode("utf-8", "replace")[:2000]
             raise ProviderError(f"{self.name} answered with HTTP {exc.code}", status_code=exc.code, body=text) from exc
         except (TimeoutError, socket.timeout) as exc:
-            done("timeout")
-            raise ProviderTimeout(f"{self.name} did not answer within {self.timeout:g} s") from exc
+            raise timed_out() from exc
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-                done("timeout")
-                raise ProviderTimeout(f"{self.name} did not answer within {self.timeout:g} s") from exc
+                raise timed_out() from exc
             done("connection")
             raise ProviderError(f"cannot reach {self.name} at {self.url}: {exc.reason}") from exc
+        self.breaker.answered()
         try:
             scores, tokens = _scores(json.loads(raw), len(texts))
         except (ValueError, KeyError, TypeError) as exc:
