@@ -91,8 +91,9 @@ def _existing(db: str | None) -> str:
     path = _sqlite_path(url)
     if path is not None and not path.exists():
         whence = "--db" if db else "$DOSSIER_DATABASE_URL" if os.environ.get("DOSSIER_DATABASE_URL") else "the default"
-        raise UsageError(f"no store at {path.resolve()} ({url}, from {whence}); create one with 'dossier load FILE' "
-                         f"or name an existing one with --db or $DOSSIER_DATABASE_URL")  # fmt: skip
+        with _errors():  # one line, exit code 2, wherever this is called
+            raise UsageError(f"no store at {path.resolve()} ({url}, from {whence}); create one with 'dossier load "
+                             f"FILE' or name an existing one with --db or $DOSSIER_DATABASE_URL")  # fmt: skip
     return url
 
 
@@ -155,16 +156,17 @@ class ProgressLines:
         now = self.clock()
         elapsed = max(now - self.started, 1e-9)
         rate = done / elapsed
+        per_second = f"{rate:.1f}/s" if rate < 10 else f"{rate:.0f}/s"
         if total and done >= total:
             if self.last is not None:
-                self._line(f"{self.label}: {done}/{total} done in {_duration(elapsed)} ({rate:.0f}/s)")
+                self._line(f"{self.label}: {done}/{total} done in {_duration(elapsed)} ({per_second})")
             return
         if done <= 0 or (self.last is not None and now - self.last < PROGRESS_EVERY):
             return
         self.last = now
         left = f", about {_duration((total - done) / rate)} left" if total else ""
         share = f"/{total} ({100 * done / total:.0f}%)" if total else ""
-        self._line(f"{self.label}: {done}{share}, {rate:.0f}/s{left}")
+        self._line(f"{self.label}: {done}{share}, {per_second}{left}")
 
     def _line(self, text: str) -> None:
         self.out.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -264,15 +266,17 @@ EXAMPLE_CALL = {
 
 @app.command()
 def retrieve(
-    request_file: Optional[Path] = typer.Argument(None, help="A request as JSON (file, or - for stdin); options below override it."),
+    request_file: Optional[Path] = typer.Argument(None, help="A request as JSON (file, or - for stdin); options below override it "
+                                          "(default: none, the options alone make the request)."),
     org: str = typer.Option(..., "--org", envvar="DOSSIER_ORG", help="The caller's org."),
     caller: str = typer.Option(..., "--caller", envvar="DOSSIER_CALLER", help="The caller id (its roles decide visibility)."),
     message: Optional[str] = typer.Option(None, "--message", "-m", help="The question (default: none)."),
-    email: Optional[str] = typer.Option(None, "--email", help="Record by email (default: no record)."),
-    phone: Optional[str] = typer.Option(None, "--phone", help="Record by phone."),
-    website: Optional[str] = typer.Option(None, "--website", help="Record by website."),
-    profile_url: Optional[str] = typer.Option(None, "--profile-url", help="Record by profile URL."),
-    record_id: Optional[str] = typer.Option(None, "--record-id", help="Record by id."),
+    email: Optional[str] = typer.Option(None, "--email", help="Record by email (default: none; with no record option, "
+                                        "the call is about no record)."),
+    phone: Optional[str] = typer.Option(None, "--phone", help="Record by phone (default: none)."),
+    website: Optional[str] = typer.Option(None, "--website", help="Record by website (default: none)."),
+    profile_url: Optional[str] = typer.Option(None, "--profile-url", help="Record by profile URL (default: none)."),
+    record_id: Optional[str] = typer.Option(None, "--record-id", help="Record by id (default: none)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="brief | scout | fetch | filter | expand (default: from the "
                                        "request's shape: fetch with --fetch, filter with filters, expand with a "
                                        "continuation, else scout)."),
@@ -346,8 +350,9 @@ def result(
     as_json: bool = flag("--json", "Print the synthesis as JSON."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
-    """The synthesis of an earlier deferred call. Exit codes: 0 an answer (or its error), 3 still running,
-    1 no such call in the org, 4 a call of the org that has no deferred synthesis of this caller's."""
+    """The synthesis of an earlier deferred call. Exit code 0: its answer (or the error that stopped it);
+    3: still running; 1: no result, and the error says why (no such call in the org, another caller's
+    call, a call that was not deferred, or one that failed)."""
     url = _existing(db)
     with _errors(url):
         synthesis = _find_result(url, call_id, org=org, caller=caller, wait=wait)
@@ -504,6 +509,8 @@ def eval_(
     store: Optional[str] = typer.Option(None, "--store", help="Store URL to evaluate on (default: a fresh temporary SQLite file)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the full report (per question) as JSON here "
                                             "(default: not written)."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file "
+                                            "here, with charts (needs the report extra; default: not written)."),
     depth: Optional[str] = typer.Option(None, "--depth", help="Request depth for every question: fast | standard | deep "
                                         "(default: the dataset's own, else standard)."),
     synthesize: bool = flag("--synthesize", "Ask for synthesis on every question (cost per layer)."),
@@ -516,6 +523,15 @@ def eval_(
     from .evaluation.render import render_eval
     from .evaluation.runner import evaluate
 
+    with _errors():  # say so before the run, not after it
+        for out in (json_out, html_out):
+            if out is not None and not out.parent.is_dir():
+                raise UsageError(f"cannot write {out}: there is no folder {out.parent}")
+        if html_out is not None:
+            import importlib.util
+
+            if importlib.util.find_spec("pygal") is None:
+                raise dossier.MissingExtra("the HTML evaluation report", "report")
     with _errors(), _progress("questions") as update:
         request = {**({"depth": depth} if depth else {}), **({"synthesize": True} if synthesize else {})}
         report = evaluate(dataset, store_url=store, request=request or None, progress=update, llm=llm, reranker=rerank)
@@ -523,6 +539,17 @@ def eval_(
     if json_out is not None:
         json_out.write_text(json.dumps(report.as_dict(), indent=2, default=str), encoding="utf-8")
         console.print(f"report written to {json_out}")
+    if html_out is not None:
+        from .evaluation.dataset import load_dataset
+        from .evaluation.report_html import gold_items, render_html
+
+        with _errors():
+            page = render_html(report, gold_total=gold_items(load_dataset(dataset)))
+            try:
+                html_out.write_text(page, encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"cannot write {html_out}: {exc.strerror or exc}") from None
+        console.print(f"HTML report written to {html_out}")
     if report.leakage:
         raise typer.Exit(1)
 
@@ -555,7 +582,7 @@ def calibrate(
         if json_out is not None:
             json_out.write_text(json.dumps(result.as_dict(), indent=2), encoding="utf-8")
         if write:
-            url = _existing(db)
+            url = _url(db)  # a write: the store may be new (thresholds can be set before the data is loaded)
             fits = _fit_rankers(data, orgs)
             with dossier.open(url) as target:
                 for org in orgs:
@@ -691,8 +718,7 @@ def serve(
     """Serve the HTTP API (/v1/...) and MCP over streamable HTTP (/mcp); keys from 'dossier keys create'."""
     import uvicorn
 
-    with _errors():
-        url = _existing(db)
+    url = _existing(db)
     with _errors(url), dossier.open(url):
         pass  # fail here, in one line, if the store cannot be opened
     os.environ["DOSSIER_DATABASE_URL"] = url
@@ -714,11 +740,11 @@ def mcp_stdio(db: Optional[str] = DB_OPTION) -> None:
     from .errors import Unauthorized
 
     key = os.environ.get("DOSSIER_API_KEY")
-    with _errors():
-        if not key:
+    if not key:
+        with _errors():
             raise UsageError("dossier mcp serves the caller of one API key: set DOSSIER_API_KEY to a key from "
                              "'dossier keys create --org ORG --caller CALLER'")  # fmt: skip
-        url = _existing(db)
+    url = _existing(db)
     from .mcp import serve_stdio
     from .service import Service
 
