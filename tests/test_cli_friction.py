@@ -1,0 +1,239 @@
+"""What a new user of the command line trips over: the version, help, a store that is not there, progress
+in a log, the MCP key, and tables read through a pipe. Each friction point has its test here."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import click
+import pytest
+import typer.main
+from typer.testing import CliRunner, Result
+
+import dossier
+from dossier import cli
+from dossier.service import Service
+from tests.test_loading import bundle
+
+runner = CliRunner()
+LONG_ORG = "northwind-traders-emea-enterprise-accounts-2026-renewals-and-expansion-programme"
+LONG_CALLER = "sales-operations-automation-service-account-for-the-quarterly-renewals-pipeline"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("DOSSIER_DATABASE_URL", "DOSSIER_API_KEY", "DOSSIER_ORG", "DOSSIER_CALLER"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+
+
+def run(*args: Any, **kw: Any) -> Result:
+    return runner.invoke(cli.app, [str(a) for a in args], **kw)
+
+
+def _commands() -> Iterator[tuple[list[str], click.Command]]:
+    def walk(command: click.Command, path: list[str]) -> Iterator[tuple[list[str], click.Command]]:
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield path, command
+
+    return walk(typer.main.get_command(cli.app), [])
+
+
+# -- version and help ----------------------------------------------------------------------------
+def test_version_prints_the_package_version_and_exits_0() -> None:
+    result = run("--version")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"dossier {dossier.__version__}"
+    assert "--version" in run("--help").stdout
+
+
+@pytest.mark.parametrize("path", [path for path, _ in _commands()], ids=" ".join)
+def test_help_shows_flags_as_flags_and_states_every_default(path: list[str]) -> None:
+    command = dict((tuple(p), c) for p, c in _commands())[tuple(path)]
+    shown = run(*path, "--help")
+    assert shown.exit_code == 0, shown.output
+    assert "<bool>" not in shown.stdout
+    shown_defaults = 0
+    for param in command.params:
+        is_flag = bool(getattr(param, "is_flag", False))
+        if param.required or (is_flag and param.default is False):
+            continue  # required, or a flag that is off unless given
+        help_text = getattr(param, "help", "") or ""
+        if param.default is None or getattr(param, "show_default", None) is False:
+            assert "default" in help_text, f"{' '.join(path)} {param.name}: its help does not state the default"
+        else:
+            shown_defaults += 1
+    assert " ".join(shown.stdout.split()).count("[default: ") >= shown_defaults
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            opt = max(param.opts, key=len)
+            [line] = [line for line in shown.stdout.splitlines() if re.match(rf"\s+(-\w, )?{re.escape(opt)}(\s|$)", line)]
+            assert not line.split(opt, 1)[1].lstrip().startswith("<"), line
+
+
+def test_retrieve_help_states_the_default_mode_depth_and_budget() -> None:
+    shown = " ".join(run("retrieve", "--help").stdout.split())
+    assert "else scout" in shown and "default: standard" in shown and "default: 8000" in shown
+
+
+# -- a store that is not there ---------------------------------------------------------------------
+READS = [
+    ["stats"],
+    ["retrieve", "--org", "northwind", "--caller", "ana", "--email", "jane@acme.com", "-m", "discounts?"],
+    ["result", "c1", "--org", "northwind", "--caller", "ana"],
+    ["keys", "list"],
+    ["keys", "create", "--org", "northwind", "--caller", "ana"],
+    ["keys", "revoke", "k1"],
+    ["usage", "--org", "northwind"],
+    ["serve"],
+]
+
+
+@pytest.mark.parametrize("args", READS, ids=lambda a: " ".join(a[:2]))
+def test_a_read_on_a_store_that_is_not_there_names_the_path_and_creates_nothing(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "elsewhere" / "crm.db"
+    named = run(*args, "--db", f"sqlite:///{missing}")
+    assert named.exit_code == 2, named.output
+    [line] = named.stderr.splitlines()
+    assert line.startswith("error: no store at ") and str(missing) in line and "from --db" in line
+    by_default = run(*args)  # no --db and no DOSSIER_DATABASE_URL: ./dossier.db, which is not there
+    assert by_default.exit_code == 2, by_default.output
+    assert str(tmp_path / "dossier.db") in by_default.stderr and "from the default" in by_default.stderr
+    from_env = run(*args, env={"DOSSIER_DATABASE_URL": f"sqlite:///{missing}"})
+    assert from_env.exit_code == 2 and "from $DOSSIER_DATABASE_URL" in from_env.stderr
+    assert list(tmp_path.iterdir()) == [], "a read created files"
+
+
+def test_mcp_on_a_store_that_is_not_there_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "crm.db"
+    result = run("mcp", "--db", f"sqlite:///{missing}", env={"DOSSIER_API_KEY": "dk_x_y"})
+    assert result.exit_code == 2 and str(missing) in result.stderr
+    assert not missing.exists()
+
+
+def test_an_unknown_org_names_the_store_it_was_looked_for_in(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path}/crm.db"
+    with dossier.open(url, embedder=embedder) as engine:
+        engine.load_bundle({"orgs": [{"id": "acme"}], "callers": [{"id": "ana", "org": "acme"}]})
+    result = run("keys", "create", "--org", "northwind", "--caller", "ana", "--db", url)
+    assert result.exit_code == 1
+    assert "unknown org 'northwind'" in result.stderr and f"(store: {url})" in result.stderr
+
+
+# -- progress when stderr is not a terminal --------------------------------------------------------
+def test_progress_lines_report_items_rate_and_time_left_at_most_every_interval() -> None:
+    out = _Lines()
+    now = [100.0]
+    lines = cli.ProgressLines("embedding", out, clock=lambda: now[0])  # type: ignore[arg-type]
+    lines(0, 1000)
+    for done, at in ((100, 101.0), (200, 102.0), (500, 105.0), (600, 106.0), (900, 110.0), (1000, 111.0)):
+        now[0] = at
+        lines(done, 1000)
+    # the first update after the start prints; then one line per PROGRESS_EVERY (5 s); then the closing line
+    assert out.lines == [
+        "embedding: 100/1000 (10%), 100/s, about 9 s left",
+        "embedding: 600/1000 (60%), 100/s, about 4 s left",
+        "embedding: 1000/1000 done in 11 s (91/s)",
+    ]
+
+
+def test_progress_is_silent_for_work_too_short_to_report() -> None:
+    out = _Lines()
+    lines = cli.ProgressLines("embedding", out)  # type: ignore[arg-type]
+    lines(0, 7)
+    lines(7, 7)
+    assert out.lines == []
+
+
+def test_load_prints_progress_lines_when_stderr_is_not_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    data = bundle()
+    data["memories"] += [{"id": f"m-x{i}", "org": "acme", "record": "r-jane", "text": f"Jane called about order {i}.",
+                          "created_at": "2024-04-01T10:00:00Z"} for i in range(40)]  # fmt: skip
+    path = tmp_path / "bundle.json"
+    path.write_text(json.dumps(data))
+    result = run("load", path, "--db", f"sqlite:///{tmp_path}/c.db")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert any(re.fullmatch(r"embedding: \d+/47 \(\d+%\), \d+(\.\d)?/s, about \d+ (s|min \d\d s) left", line)
+               for line in lines), lines
+    assert re.fullmatch(r"embedding: 47/47 done in \d+ s \(\d+(\.\d)?/s\)", lines[-1]), lines
+
+
+class _Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def print(self, text: str, **_: Any) -> None:
+        self.lines.append(text)
+
+
+# -- dossier mcp and its key -----------------------------------------------------------------------
+def test_mcp_without_a_key_names_the_variable_and_opens_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for env in ({}, {"DOSSIER_API_KEY": ""}):
+        result = run("mcp", env=env)
+        assert result.exit_code == 2 and result.stdout == ""
+        [line] = result.stderr.splitlines()
+        assert "DOSSIER_API_KEY" in line and "dossier keys create" in line and "Authorization" not in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_mcp_with_an_unknown_key_names_the_variable_and_the_store(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path}/crm.db"
+    with dossier.open(url, embedder=embedder) as engine:
+        engine.load_bundle({"orgs": [{"id": "acme"}]})
+    result = run("mcp", "--db", url, env={"DOSSIER_API_KEY": "dk_nope_nope"})
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "DOSSIER_API_KEY" in result.stderr and "unknown or revoked" in result.stderr and url in result.stderr
+
+
+# -- tables read through a pipe --------------------------------------------------------------------
+def test_tables_keep_ids_whole_when_piped(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path}/crm.db"
+    with dossier.open(url, embedder=embedder) as engine:
+        engine.load_bundle({"orgs": [{"id": LONG_ORG}], "callers": [{"id": LONG_CALLER, "org": LONG_ORG}]})
+        Service(engine).create_key(LONG_ORG, LONG_CALLER, name="a label long enough to squeeze the other columns")
+    for args in (["stats"], ["keys", "list"]):
+        # a real pipe (not a terminal), in a process of its own: the width is the CLI's choice, not the test's
+        done = subprocess.run([sys.executable, "-m", "dossier.cli", *args, "--db", url], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert LONG_ORG in done.stdout, done.stdout
+        if args == ["keys", "list"]:
+            assert LONG_CALLER in done.stdout and "…" not in done.stdout
+
+
+# -- a light start ---------------------------------------------------------------------------------
+HEAVY = ("numpy", "pydantic", "torch", "sentence_transformers", "onnxruntime", "fastapi", "starlette", "uvicorn",
+         "psycopg", "mcp", "dossier.engine", "dossier.stores")  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", [None, ["--help"], ["--version"], ["retrieve", "--help"]], ids=str)
+def test_the_cli_starts_without_heavy_imports(argv: list[str] | None) -> None:
+    """``import dossier.cli`` and the commands that only talk (help, version) load no model runtime, web
+    framework, database driver, numpy or pydantic (typer itself imports pydantic to read a command's
+    Path and number options, so a command's own help may); the time it takes is in docs/scaling.md."""
+    heavy = tuple(m for m in HEAVY if not (argv and len(argv) > 1 and m == "pydantic"))
+    run_it = "" if argv is None else (
+        f"sys.argv = ['dossier', *{argv!r}]\n"
+        "try:\n    cli.main()\nexcept SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
+    )  # fmt: skip
+    code = f"import sys\nfrom dossier import cli\n{run_it}print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
