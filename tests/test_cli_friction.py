@@ -237,3 +237,14 @@ def test_the_cli_starts_without_heavy_imports(argv: list[str] | None) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- the demo explains what it shows -----------------------------------------------------------------
+def test_the_demo_explains_aliases_and_redistributed_shares_in_one_line_each(tmp_path: Path) -> None:
+    result = run("demo", "--db", tmp_path / "demo.db")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    [aliases] = [line for line in lines if line.startswith("aliases: ")]
+    [budget] = [line for line in lines if line.startswith("budget: the ")]
+    assert "rec-acme" in aliases and "company domain" in aliases
+    assert "external had nothing to pack, so its share went to the others" in budget

@@ -498,7 +498,8 @@ def explain(response: Any) -> list[str]:
     if empty:
         text += f"; {', '.join(empty)} had nothing to pack, so {'its' if len(empty) == 1 else 'their'} share went to the others"
     if over:
-        text += f"; bytes a source left unused went to sources with items waiting, so {', '.join(over)} used more than its share"
+        text += (f"; bytes a source left unused went to sources with items waiting, so {', '.join(over)} used more "
+                 f"than {'its' if len(over) == 1 else 'their'} share")
     lines.append(text)
     return lines
 
