@@ -515,6 +515,8 @@ def eval_(
     depth: Optional[str] = typer.Option(None, "--depth", help="Request depth for every question: fast | standard | deep "
                                         "(default: the dataset's own, else standard)."),
     synthesize: bool = flag("--synthesize", "Ask for synthesis on every question (cost per layer)."),
+    deadline_ms: Optional[int] = typer.Option(None, "--deadline-ms", help="Deadline of every call in milliseconds; "
+                                              "the report shows which model steps ran out of it (default: 10000)."),
     llm: Optional[str] = LLM_OPTION,
     rerank: Optional[str] = RERANK_OPTION,
 ) -> None:
@@ -534,7 +536,8 @@ def eval_(
             if importlib.util.find_spec("pygal") is None:
                 raise dossier.MissingExtra("the HTML evaluation report", "report")
     with _errors(), _progress("questions") as update:
-        request = {**({"depth": depth} if depth else {}), **({"synthesize": True} if synthesize else {})}
+        request = {**({"depth": depth} if depth else {}), **({"synthesize": True} if synthesize else {}),
+                   **({"deadline_ms": deadline_ms} if deadline_ms is not None else {})}  # fmt: skip
         report = evaluate(dataset, store_url=store, request=request or None, progress=update, llm=llm, reranker=rerank)
     render_eval(console, report)
     if json_out is not None:

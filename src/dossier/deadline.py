@@ -95,6 +95,7 @@ class Deadline:
             self._marked[step] = outcome
 
     def note(self, step: str, *, started: float, budget: float, outcome: str) -> None:
+        """Record how ``step`` went: when it started, how long it took, the time it was given."""
         with self._lock:
             outcome = self._marked.pop(step, outcome)
             self._steps[step] = {
@@ -115,13 +116,9 @@ class Deadline:
             with self._lock:
                 self._layers[name] = round((time.monotonic() - began) * 1000, 1)
 
-    def missed(self) -> list[str]:
-        """The model steps that ran out of time (timed out, or were not started for lack of it)."""
-        with self._lock:
-            return [step for step, timing in self._steps.items() if timing["outcome"] in MISSED]
-
     def report(self) -> dict[str, Any]:
-        """``route["deadline"].detail``."""
+        """``route["deadline"].detail``; ``missed`` lists the steps that ran out of time (timed out, or not
+        started for lack of it)."""
         with self._lock:
             steps = {step: dict(timing) for step, timing in self._steps.items()}
             layers = dict(self._layers)

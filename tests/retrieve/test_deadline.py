@@ -8,13 +8,17 @@ its deadline plus one second cannot flake."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
 import dossier
+from dossier.cli import app
 from dossier.evaluation.dataset import load_dataset
 from dossier.evaluation.render import render_eval
 from dossier.evaluation.runner import run
@@ -69,8 +73,8 @@ def wait_for_answer(engine: dossier.Engine, call_id: str) -> dossier.Synthesis:
 
 def test_a_model_answering_garbage_degrades_every_step_at_once(engine: dossier.Engine, scripted: ScriptedLLM) -> None:
     script(scripted, GARBAGE)
-    response, seconds = timed(engine, deadline_ms=1500)
-    assert seconds < 1.5 + 1
+    response, seconds = timed(engine)  # the default deadline: every reply comes long before its step's end
+    assert seconds < 10 + 1
     documents = response.route["documents"]
     assert (documents.effective_depth, documents.fallback_reason) == ("standard", "deep_error")
     assert set(documents.detail["deep_fallbacks"]) == {"filters", "rephrase", "select"}
@@ -133,8 +137,8 @@ def test_a_hanging_rephrasing_cannot_eat_the_answers_time(engine: dossier.Engine
     scripted.on("rephrase", HANG)
     scripted.on("filters", {"doc_types": [], "tags": ["discounts"], "confidence": 0.9, "reason": "discount rules"})
     scripted.on("synthesize", Reply(ANSWER, delay=0.3))
-    response, seconds = timed(engine, deadline_ms=3000)
-    assert seconds < 3 + 1
+    response, seconds = timed(engine, deadline_ms=5000)
+    assert seconds < 5 + 1
     assert response.synthesis is not None and response.synthesis.answer == "Up to 15% [D1]."
     # what answered in time is used: the inferred filter, though the rephrasings did not come
     understand = response.route["understand"]
@@ -145,9 +149,9 @@ def test_a_hanging_rephrasing_cannot_eat_the_answers_time(engine: dossier.Engine
 
 
 def test_an_answer_that_comes_after_the_deadline_is_kept(engine: dossier.Engine, scripted: ScriptedLLM) -> None:
-    scripted.on("synthesize", Reply(ANSWER, delay=2.0))
-    response, seconds = timed(engine, deadline_ms=1000)
-    assert seconds < 1 + 1
+    scripted.on("synthesize", Reply(ANSWER, delay=3.0))  # the other steps answer at once
+    response, seconds = timed(engine, deadline_ms=2500)
+    assert seconds < 2.5 + 1
     synthesis = response.synthesis
     assert synthesis is not None and synthesis.answer is None and synthesis.pending
     assert "goes on in the background" in (synthesis.error or "")
@@ -180,8 +184,8 @@ def test_a_model_that_keeps_timing_out_is_not_asked_and_the_route_says_so(
     breaker = CircuitBreaker(scripted.base_url, threshold=3, cool_down=30.0, min_wait=0.2)
     fresh_engine.use_llm(scripted.llm(breaker=breaker))
     script(scripted, HANG)
-    response, seconds = timed(fresh_engine, deadline_ms=3000)
-    assert seconds < 3 + 1
+    response, seconds = timed(fresh_engine, deadline_ms=4000)
+    assert seconds < 4 + 1
     # filters, rephrase and select each timed out after more than 0.2 s: the third opened the circuit, and
     # synthesis was not asked at all
     assert [b["step"] for b in scripted.bodies() if b["step"] == "synthesize"] == []
@@ -192,8 +196,8 @@ def test_a_model_that_keeps_timing_out_is_not_asked_and_the_route_says_so(
     assert response.route["synthesize"].fallback_reason == "synthesis_timeout"
     assert "circuit" in (response.synthesis.error if response.synthesis else "")
     sent = len(scripted.bodies())
-    again, seconds = timed(fresh_engine, deadline_ms=3000)
-    assert seconds < 3 + 1 and len(scripted.bodies()) == sent  # during the cool-down: no request at all
+    again, seconds = timed(fresh_engine, deadline_ms=4000)
+    assert seconds < 4 + 1 and len(scripted.bodies()) == sent  # during the cool-down: no request at all
     assert {s: t["outcome"] for s, t in again.route["deadline"].detail["steps"].items()} == dict.fromkeys(STEPS, "circuit_open")
     assert again.route["documents"].fallback_reason == "deep_timeout"
     assert everything(again) == everything(response)
@@ -225,7 +229,7 @@ def test_eval_shows_the_steps_that_most_often_ran_out_of_time(engine: dossier.En
     dataset.questions = [q for q in dataset.questions if q.category == "paraphrase"][:2]
     scripted.on("rephrase", HANG)
     scripted.on("select", {"picks": []})
-    report = run(engine, dataset, request={"depth": "deep", "deadline_ms": 1000})
+    report = run(engine, dataset, request={"depth": "deep", "deadline_ms": 2000})
     assert list(report.deadline)[0] == "rephrase"  # most often out of time first
     assert report.deadline["rephrase"]["out_of_time"] == report.deadline["rephrase"]["questions"] == 2
     assert report.deadline["filters"]["out_of_time"] == 0 and report.deadline["filters"]["questions"] == 2
@@ -235,3 +239,26 @@ def test_eval_shows_the_steps_that_most_often_ran_out_of_time(engine: dossier.En
     render_eval(console, report)
     table = console.export_text().split("model steps against the deadline", 1)[1]
     assert table.index("rephrase") < table.index("filters")
+
+
+def test_eval_cli_with_a_deadline(
+    fresh_engine: dossier.Engine, tmp_path: Path, scripted: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", scripted.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    small = json.loads((SAMPLE.parent / "eval" / "sample-questions.json").read_text(encoding="utf-8"))
+    small["bundle"] = str(SAMPLE.parent / "eval" / small["bundle"])
+    small["questions"] = [q for q in small["questions"] if q["category"] == "paraphrase"][:2]
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(small), encoding="utf-8")
+    scripted.on("filters", HANG)
+    scripted.on("select", {"picks": []})
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(app, ["eval", str(path), "--depth", "deep", "--deadline-ms", "2000", "--llm",
+                                      "openai:scripted", "--json", str(out), "--store", fresh_engine.store.url])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    table = result.stdout.split("model steps against the deadline", 1)[1]
+    assert table.index("filters") < table.index("rephrase")
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["deadline"]["filters"]["out_of_time"] == 2
+    assert all(q["deadline"]["filters"]["outcome"] == "timeout" for q in report["per_question"])

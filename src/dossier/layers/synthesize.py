@@ -111,8 +111,10 @@ class SynthesisJob:
             return Synthesis(answer=EMPTY_ANSWER, reasoning="No item was retrieved for this question.", confidence=0.0)
         try:
             out = self.llm.complete(self.messages(), output=SynthesisOutput, step="synthesize")
+        except ProviderTimeout as exc:  # its own timeout, or not asked (the model URL's circuit is open)
+            self.timed_out = True
+            return Synthesis(answer=None, error=f"synthesis timed out: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported in the synthesis, never raised
-            self.timed_out = isinstance(exc, ProviderTimeout)
             return Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
         cited = [m.group(1) for m in _CITATION.finditer(out.answer)]
         cited += [label.strip().strip("[]").upper() for label in out.sources_used]
@@ -164,9 +166,9 @@ def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis
         own = Meter()
         with within(None), metered(own):
             synthesis = job.run()
-        if synthesis.error:  # reported as a value: say how the step ended in the deadline's timings
-            outcome = "error" if not job.timed_out else "timeout" if own.calls else "circuit_open"  # nothing sent: the circuit
-            deadline.mark("synthesize", outcome)
+        if synthesis.error:  # a failure comes back as a value: tell the deadline's timings how it ended
+            sent = bool(own.calls)  # a timeout with nothing sent: the model URL's circuit is open
+            deadline.mark("synthesize", "error" if not job.timed_out else "timeout" if sent else "circuit_open")
         for model_call in own.calls:  # counted on the call too, when it answers in time
             meter.record(model_call)
         synthesis.usage = own.summary()
