@@ -164,6 +164,16 @@ def test_an_answer_that_comes_after_the_deadline_is_kept(engine: dossier.Engine,
     assert len(scripted.bodies("synthesize")) == 1  # the request that was paid for, not a second one
 
 
+def test_an_answer_still_out_when_its_engine_closes_is_stored_as_failed(fresh_engine: dossier.Engine, scripted: ScriptedLLM) -> None:
+    scripted.on("synthesize", HANG)
+    with dossier.open(fresh_engine.store.url, embedder=fresh_engine.embedder, llm=scripted.llm()) as other:
+        response = other.retrieve({**CALL, "deadline_ms": 1500}, org="northwind", caller="ana")
+        assert response.synthesis is not None and response.synthesis.pending
+        assert other.result(response.call_id, org="northwind", caller="ana").pending
+    stored = fresh_engine.result(response.call_id, org="northwind", caller="ana")  # read back from the store
+    assert not stored.pending and stored.answer is None and "closed" in (stored.error or "")
+
+
 def test_a_deferred_synthesis_started_under_the_deadline_finishes_in_the_background(
     engine: dossier.Engine, scripted: ScriptedLLM
 ) -> None:

@@ -212,6 +212,7 @@ class DeferredResults:
         self._keep = keep
         self._entries: OrderedDict[str, _Deferred] = OrderedDict()
         self._lock = Lock()
+        self._finishing = Lock()  # a result and the failure written at close never overwrite each other
         self._pool: ThreadPoolExecutor | None = None
 
     def submit(self, call_id: str, work: Callable[[], Synthesis], *, org: str, caller: str) -> None:
@@ -253,8 +254,9 @@ class DeferredResults:
         pending.then(finished)
 
     def _finish(self, call_id: str, entry: _Deferred, synthesis: Synthesis) -> None:
-        entry.synthesis = synthesis
-        self._persist(call_id, entry, synthesis)
+        with self._finishing:
+            entry.synthesis = synthesis
+            self._persist(call_id, entry, synthesis)
         entry.done.set()
 
     def _persist(self, call_id: str, entry: _Deferred, synthesis: Synthesis) -> None:
@@ -285,8 +287,18 @@ class DeferredResults:
             time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
 
     def close(self) -> None:
-        """Finish the syntheses still running (their results are stored), then stop the workers."""
+        """Finish the deferred syntheses still running (their results are stored), then stop the workers.
+        A synthesis kept after its call's deadline is not waited for (it runs on the step's own thread):
+        it is stored as failed, so that no reader waits for it forever, unless it still answers in time
+        to be stored after all."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        with self._lock:
+            entries = list(self._entries.items())
+        for call_id, entry in entries:
+            with self._finishing:
+                if entry.synthesis is None:
+                    self._persist(call_id, entry, Synthesis(answer=None, error="synthesis timed out: it had not "
+                                                            "answered when the engine that ran it was closed"))  # fmt: skip
