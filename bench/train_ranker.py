@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import sys
 import tempfile
@@ -33,34 +34,139 @@ from pathlib import Path
 import numpy as np
 
 import dossier
+from dossier.evaluation import adapter as adapter_fit
 from dossier.evaluation import external as ext
 from dossier.evaluation import fit
 from dossier.evaluation.dataset import load_dataset
 from dossier.layers.features import MEMORY_FEATURES, SECTION_FEATURES
 from dossier.layers.sections import Decision
+from dossier.layers.understand import split_question
+from dossier.loading import section_text
+from dossier.providers import adapter as adapters
 from dossier.providers.ranker import parse
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT_SET = REPO / "examples" / "eval" / "sample-questions.json"
 OUT = REPO / "src" / "dossier" / "providers" / "data" / "ranker.json"
+ADAPTERS_OUT = OUT.with_name(adapters.SHIPPED)
+ADAPTED = SECTION_FEATURES.index("adapted")
 
 
-def policyqa_examples(engine, yardstick) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
-    documents = [d["id"] for d in yardstick.bundle["documents"]]
-    out: dict[str, list[fit.Example]] = {"train": [], "test": []}
-    for q in yardstick.questions:
-        example = fit.section_example(engine, ext.section_request(q), org=ext.POLICYQA_ORG, caller=ext.CALLER,
-                                      gold=[q.gold], group=f"policyqa:{q.document_id}")  # fmt: skip
-        out[ext.policyqa_side(q.document_id, documents)].append(example)
+FOLDS: dict[str, int] = {}  # training unit -> 0 or 1, set by assign_folds
+
+
+def assign_folds(units: list[str]) -> None:
+    """Halve the training units (sorted, alternately), for the cross-fitted adapter features."""
+    for position, unit in enumerate(sorted(units)):
+        FOLDS[unit] = position % 2
+
+
+def fold_of(unit: str) -> int | None:
+    """The unit's half, or None for a unit no adapter was fitted on (an unanswerable question)."""
+    return FOLDS.get(unit)
+
+
+def adapter_key(side: str, unit: str) -> str:
+    """Which adapter a question's features are computed with: held-out questions get the one fitted on all
+    training units; a training question the one fitted on the other half, so that the ranker learns how
+    far to trust the adapter on questions it was not fitted on."""
+    fold = fold_of(unit)
+    return "full" if side == "test" or fold is None else f"without{fold}"
+
+
+def section_groups(engine, policyqa, project) -> list[tuple[str, adapter_fit.Group]]:  # type: ignore[no-untyped-def]
+    """(unit, group) for every training unit: a PolicyQA training policy with its questions, and the project
+    set's training questions, each over all of the org's sections."""
+    out: list[tuple[str, adapter_fit.Group]] = []
+    documents = [d["id"] for d in policyqa.bundle["documents"]]
+    by_doc = {}
+    for d in policyqa.bundle["documents"]:
+        by_doc[d["id"]] = d
+    questions: dict[str, list] = {}
+    for q in policyqa.questions:
+        if ext.policyqa_side(q.document_id, documents) == "train":
+            questions.setdefault(q.document_id, []).append(q)
+    for doc_id, asked in sorted(questions.items()):
+        document = engine.store.get_documents([doc_id], org=ext.POLICYQA_ORG)[0]
+        ids = [s.id for s in document.sections]
+        texts = engine.embedder.embed_documents([section_text(document, s) for s in document.sections])
+        gold = tuple((ids.index(q.gold),) for q in asked)
+        vectors = np.stack([engine.embed_query(split_question(q.question)[0]) for q in asked])
+        out.append((f"policyqa:{doc_id}", adapter_fit.Group(texts, vectors, gold)))
+    by_org: dict[str, tuple[list[str], np.ndarray]] = {}
+    for q in project.questions:
+        if q.org not in by_org:
+            stored = engine.store.get_documents([d.id for d in project.bundle.documents if d.org == q.org and not d.is_system], org=q.org)
+            texts = engine.embedder.embed_documents([section_text(d, s) for d in stored for s in d.sections])
+            by_org[q.org] = ([s.id for d in stored for s in d.sections], texts)
+        ids, texts = by_org[q.org]
+        gold = tuple(ids.index(s) for s in q.gold.sections if s in ids)
+        if gold and fit.section_side(q) == "train":
+            vector = engine.embed_query(split_question(q.message)[0])[None, :]
+            out.append((f"project:{q.id}", adapter_fit.Group(texts, vector, (gold,))))
     return out
 
 
-def project_examples(engine, dataset) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
+def memory_groups(engine, locomo) -> list[tuple[str, adapter_fit.Group]]:  # type: ignore[no-untyped-def]
+    """(unit, group) for every LoCoMo training conversation: its questions over all of its turns."""
+    records = [q.record_id for q in locomo.questions]
+    out = []
+    for record in sorted({r for r in records if ext.locomo_side(r, records) == "train"}):
+        memories = [m for m in locomo.bundle["memories"] if m["record"] == record]
+        ids = [m["id"] for m in memories]
+        asked = [q for q in locomo.questions if q.record_id == record]
+        texts = engine.embedder.embed_documents([m["text"] for m in memories])
+        vectors = np.stack([engine.embed_query(q.question) for q in asked])
+        gold = tuple(tuple(ids.index(e) for e in q.evidence) for q in asked)
+        out.append((f"locomo:{record}", adapter_fit.Group(texts, vectors, gold)))
+    return out
+
+
+def fit_adapters(kind: str, groups: list[tuple[str, adapter_fit.Group]]) -> dict[str, np.ndarray]:
+    """The adapter fitted on all training units and the two fitted on one half each."""
+    assign_folds([u for u, _ in groups])
+    out: dict[str, np.ndarray] = {}
+    for key, keep in (("full", lambda u: True), ("without0", lambda u: fold_of(u) == 1), ("without1", lambda u: fold_of(u) == 0)):
+        out[key] = adapter_fit.fit_adapter([g for u, g in groups if keep(u)])
+        held = [g for u, g in groups if not keep(u)]
+        if held:
+            print(f"  {kind} adapter {key}: on the half left out, top-1 {adapter_fit.top_k(held, None, 1):.3f} -> "
+                  f"{adapter_fit.top_k(held, out[key], 1):.3f}, top-5 {adapter_fit.top_k(held, None, 5):.3f} -> "
+                  f"{adapter_fit.top_k(held, out[key], 5):.3f}, top-10 {adapter_fit.top_k(held, None, 10):.3f} -> "
+                  f"{adapter_fit.top_k(held, out[key], 10):.3f}")  # fmt: skip
+    return out
+
+
+def use_adapter(path: Path | None) -> None:
+    if path is None:
+        os.environ.pop(adapters.FILE_ENV, None)
+    else:
+        os.environ[adapters.FILE_ENV] = str(path)
+    adapters.clear_cache()
+
+
+def policyqa_examples(engine, yardstick, key: str) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
+    """The examples whose features are computed with adapter ``key`` (:func:`adapter_key`)."""
+    documents = [d["id"] for d in yardstick.bundle["documents"]]
+    out: dict[str, list[fit.Example]] = {"train": [], "test": []}
+    for q in yardstick.questions:
+        side = ext.policyqa_side(q.document_id, documents)
+        if adapter_key(side, f"policyqa:{q.document_id}") != key:
+            continue
+        example = fit.section_example(engine, ext.section_request(q), org=ext.POLICYQA_ORG, caller=ext.CALLER,
+                                      gold=[q.gold], group=f"policyqa:{q.document_id}")  # fmt: skip
+        out[side].append(example)
+    return out
+
+
+def project_examples(engine, dataset, key: str) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
     out: dict[str, list[fit.Example]] = {"train": [], "test": []}
     for q in dataset.questions:
         if not q.gold.documents and q.answerable:
             continue  # no section to find and not an abstention question
         side = fit.section_side(q)
+        if adapter_key(side, f"project:{q.id}") != key:
+            continue
         request = {**fit.DEFAULT_REQUEST, **q.request, "message": q.message}
         if q.record is not None:
             request["record"] = q.record
@@ -69,13 +175,16 @@ def project_examples(engine, dataset) -> dict[str, list[fit.Example]]:  # type: 
     return out
 
 
-def locomo_examples(engine, yardstick, pool: int) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
+def locomo_examples(engine, yardstick, pool: int, key: str) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
     records = [q.record_id for q in yardstick.questions]
     out: dict[str, list[fit.Example]] = {"train": [], "test": []}
     for q in yardstick.questions:
+        side = ext.locomo_side(q.record_id, records)
+        if adapter_key(side, f"locomo:{q.record_id}") != key:
+            continue
         example = fit.memory_example(engine, org=ext.LOCOMO_ORG, record_ids=[q.record_id], question=q.question,
                                      gold=q.evidence, group=f"locomo:{q.record_id}", pool=pool)  # fmt: skip
-        out[ext.locomo_side(q.record_id, records)].append(example)
+        out[side].append(example)
     return out
 
 
@@ -116,23 +225,43 @@ def main() -> int:
     cache = Path(args.cache) if args.cache else None
     if cache is not None and cache.is_file():
         with open(cache, "rb") as handle:
-            sections, memories = pickle.load(handle)
+            sections, memories, shipped_adapters = pickle.load(handle)
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            with dossier.open(f"sqlite:///{tmp}/sections.db") as engine:
-                engine.load_bundle(policyqa.bundle)
-                engine.load_bundle(project.raw_bundle)
-                sections = {"policyqa": policyqa_examples(engine, policyqa), "project": project_examples(engine, project)}
-            with dossier.open(f"sqlite:///{tmp}/memories.db") as engine:
-                engine.load_bundle(locomo.bundle)
-                pool = engine.settings.memory_candidates
-                memories = locomo_examples(engine, locomo, pool)
+        with tempfile.TemporaryDirectory() as tmp, dossier.open(f"sqlite:///{tmp}/sections.db") as engine, \
+                dossier.open(f"sqlite:///{tmp}/memories.db") as memory_engine:  # fmt: skip
+            engine.load_bundle(policyqa.bundle)
+            engine.load_bundle(project.raw_bundle)
+            memory_engine.load_bundle(locomo.bundle)
+            print("adapters (fitted on training units; each half-fit checked on the half it left out):")
+            section_matrices = fit_adapters("sections", section_groups(engine, policyqa, project))
+            memory_matrices = fit_adapters("memories", memory_groups(memory_engine, locomo))
+            files = {}
+            for key in section_matrices:
+                files[key] = Path(tmp) / f"adapters-{key}.npz"
+                adapters.save(files[key], {"sections": section_matrices[key], "memories": memory_matrices[key]},
+                              model_id=engine.embedder.model_id, fitted_on=key, script="bench/train_ranker.py")  # fmt: skip
+            sections = {"policyqa": {"train": [], "test": []}, "project": {"train": [], "test": []}}
+            memories = {"train": [], "test": []}
+            pool = memory_engine.settings.memory_candidates
+            for key, path in files.items():
+                use_adapter(path)
+                for name, found in (("policyqa", policyqa_examples(engine, policyqa, key)),
+                                    ("project", project_examples(engine, project, key))):  # fmt: skip
+                    for side, examples in found.items():
+                        sections[name][side].extend(examples)
+                for side, examples in locomo_examples(memory_engine, locomo, pool, key).items():
+                    memories[side].extend(examples)
+            shipped_adapters = files["full"].read_bytes()
         if cache is not None:
             with open(cache, "wb") as handle:
-                pickle.dump((sections, memories), handle)
+                pickle.dump((sections, memories, shipped_adapters), handle)
     with tempfile.TemporaryDirectory() as tmp, dossier.open(f"sqlite:///{tmp}/project.db") as engine:
+        full = Path(tmp) / "adapters-full.npz"
+        full.write_bytes(shipped_adapters)
+        use_adapter(full)  # the project set's memory questions never trained an adapter
         engine.load_bundle(project.raw_bundle)
         project_memories = project_memory_examples(engine, project, engine.settings.memory_candidates)
+    use_adapter(None)
     for example in memories["train"]:  # LoCoMo weighs as much as the project's set in the memory fit
         example.weight = len(project_memories["train"]) / len(memories["train"])
     for example in sections["policyqa"]["train"]:  # each set weighs as much as the other in the fit
@@ -152,7 +281,8 @@ def main() -> int:
         for side in ("train", "test"):
             examples = split[side]
             print(f"  {name:8} {side:5} n={len(examples):4}  ranker {ranks(examples, section_ranker.probabilities)}"
-                  f"  cosine {ranks(examples, lambda x: x[:, 0])}  fused {ranks(examples, lambda x: x[:, 5])}")  # fmt: skip
+                  f"  cosine {ranks(examples, lambda x: x[:, 0])}  fused {ranks(examples, lambda x: x[:, 5])}"
+                  f"  adapted {ranks(examples, lambda x: x[:, ADAPTED])}")  # fmt: skip
     print(f"  thresholds (chosen on project train): {section_spec['thresholds']}")
     decision = Decision.of(section_ranker)
     for side in ("train", "test"):
@@ -175,7 +305,8 @@ def main() -> int:
         document = fit.ranker_file({"sections": section_spec, "memories": memory_spec},
                                    fitted_on=counts, script="bench/train_ranker.py")  # fmt: skip
         OUT.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {OUT.relative_to(REPO)}")
+        ADAPTERS_OUT.write_bytes(shipped_adapters)
+        print(f"wrote {OUT.relative_to(REPO)} and {ADAPTERS_OUT.relative_to(REPO)}")
     return 0
 
 

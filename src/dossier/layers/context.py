@@ -81,6 +81,7 @@ class SectionCandidate:
     text_rank: int | None = None
     text_score: float = 0.0  # full-text score relative to the best full-text hit of this call (0..1)
     rerank: float | None = None  # reranker score, when one ran (higher is better; its own scale)
+    adapted: float | None = None  # cosine of the adapted query (providers/adapter.py), when an adapter ran
 
     @property
     def lexical_only(self) -> bool:

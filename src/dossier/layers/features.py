@@ -41,6 +41,8 @@ SECTION_FEATURES: tuple[str, ...] = (
     "position",  # the section's place in its document, 0 (first) .. 1 (last)
     "code_match",  # a code of the question ("NW-EDU-40", "ERR-4411") appears in the section text
     "attached",  # the document is attached to the resolved record (its own notes)
+    "adapted",  # cosine of the adapted query (providers/adapter.py); the plain cosine where no adapter ran
+    "adapted_gap",  # ... minus the best candidate's
 )
 
 MEMORY_FEATURES: tuple[str, ...] = (
@@ -61,6 +63,9 @@ MEMORY_FEATURES: tuple[str, ...] = (
     "is_question",  # the memory is itself a question (ends with "?")
     "next_best",  # best hybrid score of the candidates just before and after it in time, the same day
     "around_best",  # ... of the two before and the two after
+    "adapted",  # cosine of the adapted query (providers/adapter.py; the plain cosine where no adapter ran)
+    "adapted_gap",  # ... minus the best candidate's
+    "adapted_rr",  # 1 / rank in the adapted vector search (0 when not found by it)
 )
 
 _WORD = re.compile(r"\w+(?:[-_./]\w+)*")
@@ -108,12 +113,14 @@ def section_features(
     asked_codes = codes(question)
     best = max(c.score for c in candidates)
     best_fused = max(c.fused for c in candidates) or 1.0
+    adapted = [c.score if c.adapted is None else c.adapted for c in candidates]
+    best_adapted = max(adapted)
     by_doc: dict[str, list[float]] = {}
     for c in candidates:
         by_doc.setdefault(c.document_id, []).append(c.score)
     qualifiers = _qualifiers(documents, by_doc, asked, context)
     rows = []
-    for c in candidates:
+    for c, adapted_score in zip(candidates, adapted):
         document = documents.get(c.document_id)
         section, position, count = _locate(document, c.section_id)
         title = words(document.title) if document is not None else frozenset()
@@ -129,6 +136,7 @@ def section_features(
             position / (count - 1) if count > 1 else 0.0,
             float(bool(asked_codes) and section is not None and any(code in section.text.lower() for code in asked_codes)),
             float(document is not None and document.attached_record is not None),
+            adapted_score, adapted_score - best_adapted,
         ))  # fmt: skip
     return np.asarray(rows, dtype=np.float64)
 
@@ -168,6 +176,8 @@ class MemoryEvidence:
     vector_rank: int | None = None
     text_score: float = 0.0  # share of the best full-text hit
     text_rank: int | None = None
+    adapted: float | None = None  # cosine of the adapted query, when the adapted search found it
+    adapted_rank: int | None = None
 
 
 def memory_features(question: str, candidates: Sequence[MemoryEvidence]) -> np.ndarray:
@@ -176,6 +186,7 @@ def memory_features(question: str, candidates: Sequence[MemoryEvidence]) -> np.n
         return np.zeros((0, len(MEMORY_FEATURES)))
     asked = words(question)
     best = max((c.cosine or 0.0) for c in candidates)
+    best_adapted = max((c.adapted or 0.0) for c in candidates)
     hybrid = [0.5 * (c.cosine or 0.0) + 0.5 * c.text_score for c in candidates]
     best_hybrid = max(hybrid)
     hybrid_rank = {i: r for r, i in enumerate(sorted(range(len(candidates)), key=lambda i: -hybrid[i]), start=1)}
@@ -204,5 +215,6 @@ def memory_features(question: str, candidates: Sequence[MemoryEvidence]) -> np.n
             day_best, math.log1p(len(by_day[days[i]]) - 1), math.log1p(len(c.text)),
             hybrid[i], hybrid[i] - best_hybrid, 1.0 / hybrid_rank[i], float(c.text.rstrip().endswith("?")),
             around[1][i], around[2][i],
+            c.adapted or 0.0, (c.adapted or 0.0) - best_adapted, _rr(c.adapted_rank),
         ))  # fmt: skip
     return np.asarray(rows, dtype=np.float64)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..bundle import Document
 from ..schema import Filters
+from ..providers import adapter as adapters
 from ..stores.base import Hit
 from ..stores.fulltext import codes
 from ..layers.context import SectionCandidate
@@ -98,7 +99,9 @@ class DocumentsSource:
         route.detail.update(vector_candidates=len(vector_hits), text_candidates=len(text_hits))
         candidates = self._fuse(call, vector_hits, text_hits)
         self._score_lexical_only(call, candidates, vector)
-        return self._apply_filters(call, candidates, filters)
+        kept = self._apply_filters(call, candidates, filters)
+        self._adapt(call, kept, vector, limit=500)
+        return kept
 
     @staticmethod
     def _text_search(call, query: str, limit: int) -> list[Hit]:  # type: ignore[no-untyped-def]
@@ -197,9 +200,8 @@ class DocumentsSource:
         if call.message and candidates:
             query = call.understanding.document_query or call.message
             parents = [d.id for d in documents]
-            hits = call.store.search_vectors(
-                "section", call.engine.embed_query(query), org=call.org, limit=len(candidates), parents=parents
-            )
+            vector = call.engine.embed_query(query)
+            hits = call.store.search_vectors("section", vector, org=call.org, limit=len(candidates), parents=parents)
             words = call.guarded(
                 "documents",
                 lambda: call.store.search_text("section", query, org=call.org, limit=len(candidates), parents=parents),
@@ -217,4 +219,32 @@ class DocumentsSource:
                 c.text_score = text_score.get(c.section_id, 0.0)
             candidates.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
             route.backend, route.detail["ranked"] = ("hybrid" if words else "vector"), True
+            self._adapt(call, candidates, vector, limit=len(candidates))
         return candidates
+
+    @staticmethod
+    def _adapt(call, candidates: list[SectionCandidate], vector, *, limit: int) -> None:  # type: ignore[no-untyped-def]
+        """Each candidate's cosine to the adapted query (a ranker feature), searched within the candidates'
+        documents; where no adapter fits the store's model the route says why and the feature is the plain cosine."""
+        if not candidates:
+            return
+        embedder = call.engine.embedder
+        try:
+            adapter = adapters.load("sections", embedder.model_id, embedder.dimensions)
+        except adapters.AdapterUnavailable as exc:
+            call.route["documents"].detail["adapter"] = f"none: {exc}"
+            return
+        documents = sorted({c.document_id for c in candidates})
+        hits = call.guarded(
+            "documents",
+            lambda: call.store.search_vectors("section", adapter.apply(vector), org=call.org, limit=max(limit, len(candidates)),
+                                              parents=documents),
+            what="adapted vector scoring",
+        )  # fmt: skip
+        if hits is None:
+            return
+        scores = {h.id: h.score for h in hits}
+        for c in candidates:
+            c.adapted = scores.get(c.section_id)
+        call.route["documents"].detail["adapter"] = "sections"
+

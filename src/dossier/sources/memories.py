@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..layers.features import MEMORY_FEATURES, MemoryEvidence, memory_features
+from ..providers import adapter as adapters
 from ..providers import ranker as rankers
 from ..providers.ranker import RankerUnavailable
 from ..schema import MemoryItem
@@ -75,7 +76,11 @@ class MemoriesSource:
             found = {m.id: m for m in call.store.get_memories(chosen, org=call.org)}
         else:
             route.detail["ranker"] = ranker.name
-            chosen, found = self._ranked(call, ranker, query, [h for h in hits if h.id not in recent], lexical)
+            adapted = adapted_search(call.store, call.engine.embedder, vector, org=call.org, record_ids=record_ids, pool=pool,
+                                     semantic=hits)  # fmt: skip
+            route.detail["adapter"] = "memories" if adapted is not hits else "none"
+            chosen, found = self._ranked(call, ranker, query, [h for h in hits if h.id not in recent], lexical,
+                                         [h for h in adapted if h.id not in recent])  # fmt: skip
         out = []
         for memory_id in chosen:
             m = found.get(memory_id)
@@ -101,13 +106,13 @@ class MemoriesSource:
         return chosen
 
     @staticmethod
-    def _ranked(call, ranker, query: str, semantic: list, lexical: list) -> tuple[list[str], dict]:  # type: ignore[no-untyped-def]
-        """The memory ranker's choice among the vector and full-text candidates: best first, at most
-        ``semantic_memories``, each at or above the model's probability floor."""
+    def _ranked(call, ranker, query: str, semantic: list, lexical: list, adapted: list) -> tuple[list[str], dict]:  # type: ignore[no-untyped-def]
+        """The memory ranker's choice among the vector, full-text and adapted-vector candidates: best first,
+        at most ``semantic_memories``, each at or above the model's probability floor."""
         settings = call.settings
-        ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical]))
+        ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical] + [h.id for h in adapted]))
         found = {m.id: m for m in call.store.get_memories(ids, org=call.org)}
-        evidence = memory_evidence(query, semantic, lexical, found)
+        evidence = memory_evidence(query, semantic, lexical, found, adapted)
         probabilities = ranker.probabilities(memory_features(query, evidence))
         floor = ranker.threshold("floor", 0.05)
         order = sorted(range(len(evidence)), key=lambda i: (-probabilities[i], evidence[i].id))
@@ -119,18 +124,32 @@ class MemoriesSource:
         return chosen, found
 
 
-def memory_evidence(query: str, semantic: list, lexical: list, found: dict) -> list[MemoryEvidence]:  # type: ignore[no-untyped-def]
-    """What the vector and full-text searches said about each candidate that still exists."""
+def adapted_search(store, embedder, vector, *, org: str, record_ids: list[str], pool: int, semantic: list) -> list:  # type: ignore[no-untyped-def]
+    """The record's memories closest to the adapted query (:mod:`dossier.providers.adapter`); where no
+    adapter fits the embedding model, the plain vector hits themselves (what the identity adapter gives)."""
+    try:
+        adapter = adapters.load("memories", embedder.model_id, embedder.dimensions)
+    except adapters.AdapterUnavailable:
+        return semantic
+    return store.search_vectors("memory", adapter.apply(vector), org=org, parents=record_ids, limit=pool)
+
+
+def memory_evidence(query: str, semantic: list, lexical: list, found: dict, adapted: list | None = None) -> list[MemoryEvidence]:  # type: ignore[no-untyped-def]
+    """What the vector, full-text and adapted-vector searches said about each candidate that still exists
+    (``adapted`` None: no adapted search, its evidence is the plain vector search's)."""
+    adapted = semantic if adapted is None else adapted
     vector = {h.id: (rank, h.score) for rank, h in enumerate(semantic, start=1)}
+    close = {h.id: (rank, h.score) for rank, h in enumerate(adapted, start=1)}
     best_text = max((h.score for h in lexical), default=0.0)
     text = {h.id: (rank, h.score / best_text if best_text > 0 else 0.0) for rank, h in enumerate(lexical, start=1)}
     out = []
-    for memory_id in dict.fromkeys([*vector, *text]):
+    for memory_id in dict.fromkeys([*vector, *text, *close]):
         m = found.get(memory_id)
         if m is None:
             continue
-        v, t = vector.get(memory_id), text.get(memory_id)
+        v, t, a = vector.get(memory_id), text.get(memory_id), close.get(memory_id)
         out.append(MemoryEvidence(id=m.id, text=m.text, created_at=m.created_at, cosine=v[1] if v else None,
                                   vector_rank=v[0] if v else None, text_score=t[1] if t else 0.0,
-                                  text_rank=t[0] if t else None))  # fmt: skip
+                                  text_rank=t[0] if t else None, adapted=a[1] if a else None,
+                                  adapted_rank=a[0] if a else None))  # fmt: skip
     return out
