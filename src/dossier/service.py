@@ -294,7 +294,7 @@ class Service:
     def call(self, principal: Principal, call_id: str, *, wait: float = 0.0) -> dict[str, Any]:
         """A call of the principal's org: its audited shape (``summary``) and, for a ``deferred`` call made by
         this caller, its ``synthesis`` (``pending`` while it runs; waits up to ``wait`` seconds for it).
-        Forbidden for another org's call, NotFound for an unknown one."""
+        NotFound for an unknown call and, in the same words, for another org's."""
         row = self._own_call(principal, call_id)
         summary = audit_dict(row)
         out: dict[str, Any] = {"call_id": row.call_id, "status": row.outcome, "summary": summary, "synthesis": None}
@@ -327,10 +327,8 @@ class Service:
 
     def _own_call(self, principal: Principal, call_id: str) -> AuditRow:
         row = self.store.get_audit(call_id)
-        if row is None:
+        if row is None or row.org != principal.org:  # another org's call reads exactly like an unknown one
             raise NotFound(f"no call {call_id!r}")
-        if row.org != principal.org:
-            raise Forbidden(f"call {call_id!r} belongs to another org")
         return row
 
     def _ledger(self, org: str, call_id: str, kind: str, item: str, units: int, at: float) -> None:

@@ -216,7 +216,7 @@ def test_an_earlier_call_opens_by_its_id(browser: Any, served: Served) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(browser, 60).until(lambda b: state(b) in ("done", "error"))
-    assert state(browser) == "error" and "HTTP 403" in browser.find_element("id", "error").text
+    assert state(browser) == "error" and "HTTP 404" in browser.find_element("id", "error").text
     assert browser.find_element("id", "call").is_displayed() is False
 
 

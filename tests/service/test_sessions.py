@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import dossier
-from dossier.errors import Forbidden, InvalidRequest
+from dossier.errors import InvalidRequest
 from dossier.schema import item_key
 from dossier.settings import ServiceSettings
 
@@ -47,8 +47,11 @@ def test_expand_pages_through_everything_that_did_not_fit_exactly_once(sample: d
 
 def test_a_session_belongs_to_its_org(sample: dossier.Engine) -> None:
     first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 1500}}, org="northwind", caller="ana")
-    with pytest.raises(Forbidden):
+    with pytest.raises(InvalidRequest) as other_org:  # another org's continuation reads like an unknown one
         sample.retrieve({"continuation": first.continuation}, org="southwind", caller="zoe")
+    with pytest.raises(InvalidRequest) as unknown:
+        sample.retrieve({"continuation": "0" * len(first.continuation or "")}, org="southwind", caller="zoe")
+    assert str(other_org.value).replace(first.continuation or "", "ID") == str(unknown.value).replace("0" * len(first.continuation or ""), "ID")
     page = sample.retrieve({"continuation": first.continuation}, org="northwind", caller="ben")  # same org: fine
     assert page.mode == "expand"
 

@@ -7,7 +7,7 @@ returned as ``continuation``. ``expand`` with that id packs the next page from w
 same budget rules, and returns the same id while anything remains (``None`` once everything has been
 returned, and the session is gone).
 
-A session belongs to its org: another org's id is refused (:class:`~dossier.errors.Forbidden`). It
+A session belongs to its org: another org's id reads exactly like an unknown one (nothing tells it exists). It
 expires after ``Settings.service.session_idle_seconds`` (1 hour) unused. Every page is governed again
 against fresh rows and the expanding caller's roles: a record deleted since the first page, or a document
 whose roles changed, is not returned. An explicit ``sources: {x: false}`` keeps that source's items
@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from ..errors import Forbidden, InvalidRequest
+from ..errors import InvalidRequest
 from ..schema import SOURCE_NAMES, Item, Route, SourceName, item_key
 from ..stores.service_base import Session
 from .context import Call, Plan, Resolution
@@ -41,7 +41,7 @@ def restore(call: Call) -> None:
     sid = request.continuation or ""
     session = call.engine.service_store.get_session(sid) if sid else None
     if session is not None and session.org != call.org:
-        raise Forbidden(f"continuation {sid!r} belongs to another org")
+        session = None  # another org's continuation reads exactly like an unknown one
     now = time.time()
     if session is None or session.last_used < now - call.settings.service.session_idle_seconds:
         raise InvalidRequest(f"continuation {sid!r} is unknown or has expired", field="continuation")
