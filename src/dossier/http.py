@@ -7,9 +7,9 @@ sessions, audit, feedback and the ledger are in the store), so several can run s
 A request passes the :class:`Gate` first: the key (401), the body's size (413, ``Settings.service``: 1 MiB
 for retrieve, feedback and MCP, 5 MiB for records, memories and documents, 20 MiB for bundles) and, on the
 JSON routes, the body itself, read as strict JSON (422: not UTF-8, not JSON, nested over
-:data:`MAX_DEPTH`, a number out of range, a lone surrogate). Then the route: 403 another org's call,
-session or item (or a bundle without the admin role); 404 an unknown call of your own org or an unknown
-route; 405 a method the route does not serve (``GET /mcp`` included: the MCP endpoint is stateless and
+:data:`MAX_DEPTH`, a number out of range, a lone surrogate). Then the route: 403 an item written into
+another org (or a bundle without the admin role); 404 an unknown call, another org's call (word for word
+the same) or an unknown route; 405 a method the route does not serve (``GET /mcp`` included: the MCP endpoint is stateless and
 offers no event stream); 422 an invalid body; 502 a model provider failed; 503 the store is unavailable.
 Every error is ``{"detail": {"field"?: ..., "message": ...}}`` (:class:`ErrorBody`), and every refusal of
 a request whose key is known is audited by its shape (:meth:`Service.refused`). Bad input never gets a 500.
@@ -93,7 +93,7 @@ class ErrorBody(BaseModel):
 
 _WHY = {
     401: "No API key, or a malformed, unknown or revoked one (with `WWW-Authenticate: Bearer`).",
-    403: "A call, continuation, feedback or item of another org; a bundle without the admin role.",
+    403: "An item written into another org; a bundle without the admin role.",
     404: "An unknown call of your org.",
     413: "The body is over this route's limit; refused before it is parsed.",
     422: "An invalid body or parameter: not UTF-8 or not JSON, nested too deeply, a number out of range, a lone "
