@@ -28,7 +28,7 @@ def test_a_deferred_answer_is_fetched_by_its_caller_only(live: Live, scripted: S
             assert done["summary"]["shape"]["deferred"] is True
             other = http.get(f"/v1/calls/{call_id}", headers=live.auth("ben")).json()  # same org, another caller
             assert other["synthesis"] is None and other["summary"]["caller"] == "ana"
-            assert http.get(f"/v1/calls/{call_id}", headers=live.auth("zoe")).status_code == 403
+            assert http.get(f"/v1/calls/{call_id}", headers=live.auth("zoe")).status_code == 404  # as if unknown
             assert http.get("/v1/usage", headers=live.auth("ana")).json()["net"] == before + 1 + 5
     finally:
         live.engine.use_llm(None)

@@ -99,14 +99,19 @@ def test_remember_add_document_and_feedback_over_stdio(live: Live) -> None:
     assert row is not None and row.front_end == "mcp" and row.caller == "ana"
 
 
-def test_feedback_on_another_orgs_call_is_refused_over_http(live: Live) -> None:
+def test_feedback_on_another_orgs_call_is_refused_over_http_as_if_unknown(live: Live) -> None:
     call_id = live.service.retrieve(principal("ana"), BRIEF).call_id
+    unknown = "f" * len(call_id)
 
-    async def work(client: Client) -> Any:
-        return await call(client, "feedback", {"call_id": call_id, "rating": 1})
+    def feedback(on: str) -> Any:
+        async def work(client: Client) -> Any:
+            return await call(client, "feedback", {"call_id": on, "rating": 1})
 
-    outcome = over_http(live, "zoe", work)
-    assert outcome[0] == "error" and "another org" in outcome[1]
+        return over_http(live, "zoe", work)
+
+    outcome, stand_in = feedback(call_id), feedback(unknown)
+    assert outcome[0] == "error" and f"no call {call_id!r}" in outcome[1]
+    assert outcome[1].replace(call_id, "ID") == stand_in[1].replace(unknown, "ID")  # nothing tells that it exists
 
 
 def test_mcp_over_http_without_a_key_is_401(live: Live) -> None:
