@@ -5,6 +5,11 @@ To run the store contract against another backend, add its name to ``BACKENDS`` 
 
 PostgreSQL is a real server (``tests/postgres_server.py``): ``DOSSIER_DATABASE_URL`` if it names one,
 else a throwaway pgserver started on first use; each test gets a database of its own.
+
+Markers, set here at collection: ``postgres`` on every test that runs against PostgreSQL, ``slow`` on
+every test that loads the real embedding model, starts a server, a subprocess or a browser, or runs an
+evaluation set. ``pytest -m "not slow and not postgres"`` is the fast subset for development (the
+layers' unit tests run on :class:`tests.fake_embedder.HashEmbedder`); ``pytest`` runs everything.
 """
 
 from __future__ import annotations
@@ -23,6 +28,29 @@ if TYPE_CHECKING:
     from tests.postgres_server import TestServer
 
 BACKENDS = ["sqlite", "postgres"]
+
+# fixtures that load the real model, a server or a subprocess: a test that uses one (directly or through
+# another fixture) is slow
+SLOW_FIXTURES = {"embedder", "postgres_server", "live", "served", "server", "sample_engine", "fresh_engine", "sample_source"}
+# modules whose tests open engines with the default (real) model, run subprocesses or evaluation sets
+SLOW_MODULES = {
+    "tests/test_cli.py", "tests/test_cli_friction.py", "tests/test_readme.py", "tests/test_readme_models.py",
+    "tests/test_loading.py", "tests/test_public_api.py", "tests/evaluation/test_external.py",
+    "tests/evaluation/test_handbook_set.py", "tests/evaluation/test_runner.py", "tests/evaluation/test_store_parity.py",
+    "tests/evaluation/test_report_html.py", "tests/providers/test_embeddings.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        params = {str(v) for v in callspec.params.values()} if callspec is not None else set()
+        if "postgres_server" in names or "postgres" in params:
+            item.add_marker(pytest.mark.postgres)
+        module = item.nodeid.split("::", 1)[0]
+        if names & SLOW_FIXTURES or module in SLOW_MODULES or module.startswith(("tests/service/", "tests/reach/")):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

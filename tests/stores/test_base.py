@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from mypy import api
 
 CALLER = """\
@@ -20,6 +22,7 @@ CALLER = """\
 """
 
 
+@pytest.mark.slow  # runs mypy
 def test_mypy_refuses_a_read_without_org(tmp_path: Path) -> None:
     source = tmp_path / "caller.py"
     source.write_text(textwrap.dedent(CALLER))
