@@ -3,6 +3,7 @@ and a call without a usable adapter still ranks, on the plain cosine, and says s
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import dossier
 from dossier.evaluation import adapter as adapter_fit
 from dossier.evaluation.fit import prepared_call
-from dossier.layers.features import SECTION_FEATURES
+from dossier.pipeline.features import SECTION_FEATURES
 from dossier.layers.sections import section_rows
 from dossier.providers import adapter as adapters
 
@@ -68,6 +69,24 @@ def test_an_adapter_file_round_trips_and_refuses_what_does_not_fit(tmp_path: Pat
         adapters._load("sections", "model-a", 8, str(broken))
 
 
+def test_an_unreadable_ranker_or_adapter_file_names_no_path(
+    sample_engine: dossier.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dossier.providers import ranker as rankers
+
+    monkeypatch.setenv(rankers.FILE_ENV, str(tmp_path / "missing-ranker.json"))
+    monkeypatch.setenv(adapters.FILE_ENV, str(tmp_path / "missing-adapters.npz"))
+    adapters.clear_cache()
+    try:
+        response = sample_engine.retrieve({**EXAMPLE, "trace": True}, org="northwind", caller="ana")
+        assert response.route["documents"].detail["ranker"] == "heuristic"
+        assert "unreadable" in response.route["documents"].detail["adapter"]
+        assert str(tmp_path) not in json.dumps(response.model_dump(mode="json"))
+    finally:
+        monkeypatch.delenv(adapters.FILE_ENV)
+        adapters.clear_cache()
+
+
 def test_the_shipped_adapters_fit_the_default_model(sample_engine: dossier.Engine) -> None:
     embedder = sample_engine.embedder
     for kind in adapters.KINDS:
@@ -93,6 +112,7 @@ def test_without_a_usable_adapter_calls_rank_on_the_plain_cosine_and_say_so(
     try:
         response = sample_engine.retrieve({**EXAMPLE, "trace": True}, org="northwind", caller="ana")
         assert response.route["documents"].detail["adapter"].startswith("none: ")
+        assert str(tmp_path) not in json.dumps(response.model_dump(mode="json"))  # no server path reaches a caller
         assert response.route["memories"].detail["adapter"] == "none"
         assert response.sources["documents"].items and response.sources["memories"].items
         call = prepared_call(sample_engine, EXAMPLE, org="northwind", caller="ana")

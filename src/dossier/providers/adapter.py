@@ -66,7 +66,7 @@ def _read(path: str | None) -> dict[str, Any]:
         with handle, np.load(handle, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
     except (OSError, ValueError) as exc:
-        raise AdapterUnavailable(f"adapter file unreadable: {type(exc).__name__}: {exc}") from None
+        raise AdapterUnavailable(f"adapter file unreadable ({type(exc).__name__})") from None  # no path: routes reach callers
     meta = dict(str(line).split("=", 1) for line in arrays.pop("meta", np.array([])) if "=" in str(line))
     if meta.get("format") != str(FORMAT):
         raise AdapterUnavailable(f"adapter file is not format {FORMAT}")

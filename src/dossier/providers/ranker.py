@@ -99,7 +99,7 @@ def _shipped_specs(path: str | None) -> dict[str, Any]:
                 text = handle.read()
         data = json.loads(text)
     except (OSError, ValueError) as exc:
-        raise RankerUnavailable(f"shipped ranker file unreadable: {type(exc).__name__}: {exc}") from None
+        raise RankerUnavailable(f"ranker file unreadable ({type(exc).__name__})") from None  # no path: routes reach callers
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise RankerUnavailable(f"shipped ranker file is not format {FORMAT}")
     return data
