@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -17,8 +16,9 @@ from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
 from .fulltext import fts5_query
-from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION
-from .vector_index import VectorIndex, exact_search_blocks
+from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS
+from .ann import AnnIndexes
+from .sqlite_vectors import SQLiteVectors
 
 _TABLES: dict[str, str] = {
     "org": "orgs", "caller": "callers", "record": "records",
@@ -32,17 +32,23 @@ class SQLiteStore:
     #: one connection, one read at a time (behind a lock): the engine does not prefetch
     concurrent_reads = False
 
-    def __init__(self, path: str | Path, *, hnsw_min_rows: int = 200_000, vector_cache_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        hnsw_min_rows: int = 200_000,
+        ann_min_rows: int = 5_000,
+        ann_compact_after: int = 5_000,
+        vector_cache_bytes: int = 256 << 20,
+    ) -> None:
+        """``hnsw_min_rows``: org-wide searches of an org and kind with this many vectors ask the ANN index.
+        ``ann_min_rows``: an org and kind this large gets its persisted ANN index (built by the write that
+        crosses it), and parents holding this many rows (and a sixteenth of the org's) search it too.
+        ``ann_compact_after``: logged changes folded into a new index file by the write that reaches it."""
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.hnsw_min_rows = hnsw_min_rows
-        self.vector_cache_bytes = vector_cache_bytes  # bound of the per-parent vector blocks (LRU)
         self._lock = threading.RLock()
-        self._indexes: dict[tuple[str, str], VectorIndex] = {}
-        # (org, kind, parent) -> (keys, parents, matrix), valid for _block_generation[org]
-        self._parent_blocks: OrderedDict[tuple[str, str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
-        self._block_generation: dict[str, int] = {}
-        self._block_bytes = 0
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -53,13 +59,21 @@ class SQLiteStore:
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
+        directory = None if self.path == ":memory:" else Path(f"{self.path}-ann")  # the ANN index files
+        self._vectors = SQLiteVectors(
+            self._query, self._lock, AnnIndexes(self._db, self._lock, directory, compact_after=ann_compact_after),
+            hnsw_min_rows=hnsw_min_rows, ann_min_rows=ann_min_rows, cache_bytes=vector_cache_bytes,
+        )  # fmt: skip
+
+    @property
+    def ann(self) -> AnnIndexes:
+        """The persisted ANN indexes (``stores/ann.py``)."""
+        return self._vectors.ann
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
-            self._indexes.clear()
-            self._parent_blocks.clear()
-            self._block_bytes = 0
+            self._vectors.close()
             self._db.close()
 
     def _migrate(self) -> None:
@@ -74,10 +88,11 @@ class SQLiteStore:
                     f"{self.path} has schema version {version}; this dossier knows up to {SCHEMA_VERSION}: upgrade dossier"
                 )
             for script in MIGRATIONS[version:]:
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                for statement in _statements(script):
+                    db.execute(statement)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            # names this database for the files kept beside it (an index file of another store is never used)
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', lower(hex(randomblob(16))))")
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -129,11 +144,12 @@ class SQLiteStore:
                 for record, digest in batch.records:
                     self._write_record(db, record, digest)
                     touched.add(record.org)
+                rowids = _Rowids()
                 for memory, digest in batch.memories:
-                    self._write_memory(db, memory, digest)
+                    self._write_memory(db, memory, digest, rowids)
                     touched.add(memory.org)
                 for document, digest in batch.documents:
-                    self._write_document(db, document, digest)
+                    self._write_document(db, document, digest, rowids)
                     touched.add(document.org)
                 for edge, digest in batch.edges:
                     e = edge
@@ -145,15 +161,25 @@ class SQLiteStore:
                     touched.add(e.org)
                 for v in batch.vectors:
                     blob = np.asarray(v.vector, dtype=np.float32).tobytes()
+                    # delete, then insert: the vector gets a new rowid and both show in the change log
                     db.execute(
-                        "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?, ?, ?)",
-                        (require_org(v.org, "write"), v.kind, v.key, v.parent, v.text_hash, blob),
+                        "DELETE FROM vectors WHERE org = ? AND kind = ? AND key = ?", (require_org(v.org, "write"), v.kind, v.key)
+                    )
+                    db.execute(
+                        "INSERT INTO vectors VALUES (?, ?, ?, ?, ?, ?)", (v.org, v.kind, v.key, v.parent, v.text_hash, blob)
                     )
                     touched.add(v.org)
                 for org_id in touched:
                     db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org_id,))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"SQLite write failed (nothing was written): {exc}") from exc
+        kinds = {(v.org, v.kind) for v in batch.vectors}
+        kinds |= {(r.org, "property") for r, _ in batch.records} | {(d.org, "section") for d, _ in batch.documents}
+        for org_id, kind in sorted(kinds):
+            try:
+                self._vectors.after_write(org_id, kind)
+            except (sqlite3.DatabaseError, OSError, RuntimeError, ValueError):
+                pass  # the write stands; the next search of (org, kind) checks its index and rebuilds it
 
     def _write_record(self, db: sqlite3.Connection, r: Record, digest: str) -> None:
         ids = r.identifiers
@@ -171,20 +197,25 @@ class SQLiteStore:
             (r.org, r.id, *keep),
         )
 
-    def _write_memory(self, db: sqlite3.Connection, m: Memory, digest: str) -> None:
+    def _write_memory(self, db: sqlite3.Connection, m: Memory, digest: str, rowids: "_Rowids") -> None:
         org = require_org(m.org, "write")
-        old = db.execute("SELECT rowid FROM memories WHERE org = ? AND id = ?", (org, m.id)).fetchone()
+        old = db.execute("SELECT rowid, record FROM memories WHERE org = ? AND id = ?", (org, m.id)).fetchone()
         if old:
-            db.execute("DELETE FROM memories_fts WHERE rowid = ?", old)
-            db.execute("DELETE FROM memories WHERE rowid = ?", old)
-        cur = db.execute(
-            "INSERT INTO memories (org, id, record, text, created_at, hash) VALUES (?, ?, ?, ?, ?, ?)",
-            (org, m.id, m.record, m.text, _iso(m.created_at), digest),
+            db.execute("DELETE FROM memories_fts WHERE rowid = ?", (old[0],))
+            db.execute("DELETE FROM memories WHERE rowid = ?", (old[0],))
+        # a memory keeps its rowid while it stays with its record; a new or moved one takes the next in the record's range
+        rowid = old[0] if old and old[1] == m.record else rowids.next(db, "memories", org, "memory", m.record)
+        db.execute(
+            "INSERT INTO memories (rowid, org, id, record, text, created_at, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (rowid, org, m.id, m.record, m.text, _iso(m.created_at), digest),
         )
-        db.execute("INSERT INTO memories_fts (rowid, org, text) VALUES (?, ?, ?)", (cur.lastrowid, org, m.text))
-        db.execute("UPDATE vectors SET parent = ? WHERE org = ? AND kind = 'memory' AND key = ?", (m.record, org, m.id))
+        db.execute("INSERT INTO memories_fts (rowid, org, text) VALUES (?, ?, ?)", (rowid, org, m.text))
+        db.execute(
+            "UPDATE vectors SET parent = ? WHERE org = ? AND kind = 'memory' AND key = ? AND parent <> ?",
+            (m.record, org, m.id, m.record),
+        )
 
-    def _write_document(self, db: sqlite3.Connection, d: Document, digest: str) -> None:
+    def _write_document(self, db: sqlite3.Connection, d: Document, digest: str, rowids: "_Rowids") -> None:
         org = require_org(d.org, "write")
         roles = None if d.visible_to_roles is None else json.dumps(list(d.visible_to_roles))
         db.execute(
@@ -200,14 +231,17 @@ class SQLiteStore:
         for _, section_id in old:
             if section_id not in new_ids:
                 db.execute("DELETE FROM vectors WHERE org = ? AND kind = 'section' AND key = ?", (org, section_id))
+        if len(d.sections) > _PER_SLOT:
+            raise StoreError(f"document {d.id!r} has more than {_PER_SLOT} sections")
+        first = rowids.slot(db, org, "section", d.id) << SLOT_BITS  # a document's sections: one rowid range, in order
         for position, s in enumerate(d.sections):
-            cur = db.execute(
-                "INSERT INTO sections (org, id, document, position, heading, text) VALUES (?, ?, ?, ?, ?, ?)",
-                (org, s.id, d.id, position, s.heading, s.text),
+            db.execute(
+                "INSERT INTO sections (rowid, org, id, document, position, heading, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (first + position, org, s.id, d.id, position, s.heading, s.text),
             )
             db.execute(
                 "INSERT INTO sections_fts (rowid, org, title, heading, text) VALUES (?, ?, ?, ?, ?)",
-                (cur.lastrowid, org, d.title, s.heading, s.text),
+                (first + position, org, d.title, s.heading, s.text),
             )
 
     def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
@@ -371,98 +405,52 @@ class SQLiteStore:
             fts, table, alias, column, weights = "memories_fts", "memories", "m", "record", ""
         else:
             raise ValueError(f"no full-text search over {kind!r}")
+        # CROSS JOIN keeps the full-text table outside: probing it once per content row would run the whole
+        # match (and bm25's statistics) again for every row
         sql = (
             f"SELECT {alias}.id, {alias}.{column}, bm25({fts}{', ' + weights if weights else ''}) AS rank "
-            f"FROM {fts} JOIN {table} {alias} ON {alias}.rowid = {fts}.rowid WHERE {fts} MATCH ?"
+            f"FROM {fts} CROSS JOIN {table} {alias} ON {alias}.rowid = {fts}.rowid WHERE {fts} MATCH ?"
         )
         params: list[Any] = [match]
         if parents is not None:
-            # The rows of ``parents`` as a set of rowids (from the (org, parent) index, built once per query)
-            # that each match is checked against before anything else is read: the same rows as testing
-            # ``{alias}.{column} IN (...)`` on the joined row, without a table lookup per match of other
-            # parents. The unary + keeps SQLite from handing the IN to FTS5 as one rowid lookup per value.
-            sql += (
-                f" AND +{fts}.rowid IN (SELECT rowid FROM {table} WHERE org = ? "
-                f"AND {column} IN ({','.join('?' * len(parents))}))"
-            )
-            params.extend([org, *parents])
+            # A parent's rows are one rowid range (its slot, see sqlite_schema): FTS5 reads one parent's range
+            # alone, so the search costs what that record (or document) holds, not every match in the store.
+            # For several parents each match's slot is tested, with no table read (a range per parent would
+            # count every term's matches, which bm25 does per query, once per parent).
+            slots = self._slots(kind, org, parents)
+            if not slots:
+                return []
+            if len(slots) == 1:
+                sql += f" AND {fts}.rowid BETWEEN ? AND ?"
+                params.extend([slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1])
+            else:
+                sql += f" AND ({fts}.rowid >> {SLOT_BITS}) IN ({','.join('?' * len(slots))})"
+                params.extend(slots)
         sql += f" AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?"
         params.extend([org, int(limit)])
         return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in self._query(sql, params)]
+
+    def _slots(self, kind: str, org: str, parents: Sequence[str]) -> list[int]:
+        """The slots of ``parents`` that hold rows of ``kind`` (a parent without any has none)."""
+        out: list[int] = []
+        for chunk in _chunks(sorted(set(parents))):
+            out.extend(
+                r[0] for r in self._query(
+                    f"SELECT slot FROM parent_slots WHERE org = ? AND kind = ? AND parent IN ({','.join('?' * len(chunk))})",
+                    [org, kind, *chunk],
+                )
+            )  # fmt: skip
+        return sorted(out)
 
     def search_vectors(
         self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
     ) -> list[Hit]:
         require_org(org, "search_vectors")
-        if parents is not None:
-            keys, owners, blocks = self._vectors_of(kind, org, parents)
-            found = exact_search_blocks(keys, owners, blocks, vector, limit)
-        else:
-            found = self._index(kind, org).search(vector, limit)
+        try:
+            found = self._vectors.search(kind, org, vector, limit, parents)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"SQLite query failed: {exc}") from exc
         return [Hit(id=k, parent=p, score=s) for k, p, s in found]
-
-    def _generation(self, org: str) -> int:
-        rows = self._query("SELECT generation FROM orgs WHERE id = ?", (org,))
-        return rows[0][0] if rows else -1
-
-    def _vectors_of(self, kind: str, org: str, parents: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """The vectors of ``parents``: keys, parents and matrix blocks, in the order SQLite used to return them
-        (each chunk of 500 parents in sorted order, each parent's rows by rowid).
-
-        Each parent's block is cached for the org's current generation (any write to the org bumps it and
-        drops the org's blocks), so a record's vectors are read from SQLite once, not on every call.
-        """
-        with self._lock:
-            blocks = self._parent_blocks
-            generation = self._generation(org)
-            if generation < 0 or self._block_generation.get(org) != generation:
-                self._drop_blocks(org)
-                self._block_generation[org] = generation
-            order = [p for chunk in _chunks(list(parents)) for p in sorted(set(chunk))]
-            missing = sorted({p for p in order if (org, kind, p) not in blocks})
-            fresh: dict[str, list[tuple]] = {p: [] for p in missing}
-            for chunk in _chunks(missing):
-                for row in self._query(
-                    f"SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ? "
-                    f"AND parent IN ({','.join('?' * len(chunk))}) ORDER BY parent, rowid",
-                    [org, kind, *chunk],
-                ):
-                    fresh[row[1]].append(row)
-            found = []
-            for p in order:
-                block = blocks.get((org, kind, p))
-                if block is None:
-                    block = _matrix(fresh[p])
-                    blocks[(org, kind, p)] = block
-                    self._block_bytes += _block_size(block)
-                else:
-                    blocks.move_to_end((org, kind, p))
-                found.append(block)
-            while self._block_bytes > self.vector_cache_bytes and len(blocks) > len(order):
-                _, dropped = blocks.popitem(last=False)
-                self._block_bytes -= _block_size(dropped)
-        nonempty = [b for b in found if len(b[0])]
-        if not nonempty:
-            return _matrix([])[0], _matrix([])[1], []
-        keys = np.concatenate([b[0] for b in nonempty])
-        owners = np.concatenate([b[1] for b in nonempty])
-        return keys, owners, [b[2] for b in nonempty]
-
-    def _drop_blocks(self, org: str) -> None:
-        for key in [k for k in self._parent_blocks if k[0] == org]:
-            self._block_bytes -= _block_size(self._parent_blocks.pop(key))
-
-    def _index(self, kind: str, org: str) -> VectorIndex:
-        with self._lock:
-            generation = self._generation(org)
-            index = self._indexes.get((org, kind))
-            if index is None or index.generation != generation or generation < 0:
-                keys, parents, matrix = _matrix(
-                    self._query("SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ?", (org, kind))
-                )
-                index = VectorIndex(keys, parents, matrix, generation, self.hnsw_min_rows)
-                self._indexes[(org, kind)] = index
-            return index
 
     def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
         require_org(org, "recent_memories")
@@ -534,6 +522,57 @@ class SQLiteStore:
 
 
 _EDGE_COLUMNS = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
+_PER_SLOT = 1 << SLOT_BITS
+
+
+class _Rowids:
+    """Slots of parents and the next free rowid of each slot's range, for the rows one write inserts."""
+
+    def __init__(self) -> None:
+        self._slots: dict[tuple[str, str, str], int] = {}
+        self._next: dict[tuple[str, int], int] = {}
+
+    def slot(self, db: sqlite3.Connection, org: str, kind: str, parent: str) -> int:
+        key = (org, kind, parent)
+        if key not in self._slots:
+            db.execute("INSERT OR IGNORE INTO parent_slots (org, kind, parent) VALUES (?, ?, ?)", key)
+            row = db.execute("SELECT slot FROM parent_slots WHERE org = ? AND kind = ? AND parent = ?", key).fetchone()
+            self._slots[key] = int(row[0])
+        return self._slots[key]
+
+    def next(self, db: sqlite3.Connection, table: str, org: str, kind: str, parent: str) -> int:
+        slot = self.slot(db, org, kind, parent)
+        first, last = slot << SLOT_BITS, ((slot + 1) << SLOT_BITS) - 1
+        rowid = self._next.get((table, slot))
+        if rowid is None:
+            top = db.execute(f"SELECT max(rowid) FROM {table} WHERE rowid BETWEEN ? AND ?", (first, last)).fetchone()[0]
+            rowid = first if top is None else top + 1
+        if rowid > last:  # the top of the range is taken: the lowest free rowid below it
+            rowid = db.execute(
+                f"SELECT coalesce((SELECT ? WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE rowid = ?)), "
+                f"(SELECT min(t.rowid) + 1 FROM {table} t WHERE t.rowid BETWEEN ? AND ? "
+                f"AND NOT EXISTS (SELECT 1 FROM {table} u WHERE u.rowid = t.rowid + 1)))",
+                (first, first, first, last - 1),
+            ).fetchone()[0]
+            if rowid is None:
+                raise StoreError(f"{parent!r} holds {_PER_SLOT} {table} already: no room for more")
+            self._next.pop((table, slot), None)
+            return int(rowid)
+        self._next[(table, slot)] = rowid + 1
+        return int(rowid)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration script (a trigger's body holds semicolons of its own)."""
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                yield pending
+            pending = ""
+    if pending.strip(" \n;"):
+        raise SchemaMismatch(f"incomplete statement in a migration: {pending[:80]!r}")
 
 
 def _chunks(values: list, size: int = 500) -> Iterator[list]:
@@ -544,19 +583,6 @@ def _chunks(values: list, size: int = 500) -> Iterator[list]:
 def _in_order(ids: Sequence[str], items: list) -> list:
     by_id = {item.id: item for item in items}
     return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
-
-
-def _matrix(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    keys = np.array([r[0] for r in rows], dtype=object)
-    parents = np.array([r[1] for r in rows], dtype=object)
-    if not rows:
-        return keys, parents, np.zeros((0, 1), dtype=np.float32)
-    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-    return keys, parents, matrix
-
-
-def _block_size(block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
-    return block[2].nbytes + 128 * len(block[0])  # the matrix, plus the key strings and array slots, roughly
 
 
 def _hash_of(item: Any) -> str:

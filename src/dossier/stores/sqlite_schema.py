@@ -65,6 +65,76 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (org, call_id)
     );
     """,
+    # 4: record-keyed rowids, and the log of vector changes that persisted ANN indexes catch up from.
+    # Each (org, kind, parent) gets a slot; the memories of a record (the sections of a document) take rowids
+    # in [slot << 24, (slot + 1) << 24), so the full text of one record is one rowid range that FTS5 reads
+    # alone. Existing rows are renumbered (and their full text rebuilt) once.
+    """
+    CREATE TABLE parent_slots (
+        slot INTEGER PRIMARY KEY, org TEXT NOT NULL, kind TEXT NOT NULL, parent TEXT NOT NULL,
+        UNIQUE (org, kind, parent)
+    );
+    INSERT INTO parent_slots (org, kind, parent) SELECT DISTINCT org, 'memory', record FROM memories ORDER BY 1, 3;
+    INSERT INTO parent_slots (org, kind, parent) SELECT DISTINCT org, 'section', document FROM sections ORDER BY 1, 3;
+    CREATE TABLE memories_keyed (
+        rowid INTEGER PRIMARY KEY, org TEXT NOT NULL, id TEXT NOT NULL, record TEXT NOT NULL,
+        text TEXT NOT NULL, created_at TEXT NOT NULL, hash TEXT NOT NULL, UNIQUE (org, id)
+    );
+    INSERT INTO memories_keyed (rowid, org, id, record, text, created_at, hash)
+        SELECT (p.slot << 24) + row_number() OVER (PARTITION BY m.org, m.record ORDER BY m.rowid) - 1,
+               m.org, m.id, m.record, m.text, m.created_at, m.hash
+        FROM memories m JOIN parent_slots p ON p.org = m.org AND p.kind = 'memory' AND p.parent = m.record;
+    DROP TABLE memories;
+    ALTER TABLE memories_keyed RENAME TO memories;
+    CREATE INDEX memories_recent ON memories (org, record, created_at DESC);
+    CREATE TABLE sections_keyed (
+        rowid INTEGER PRIMARY KEY, org TEXT NOT NULL, id TEXT NOT NULL, document TEXT NOT NULL,
+        position INTEGER NOT NULL, heading TEXT NOT NULL, text TEXT NOT NULL, UNIQUE (org, id)
+    );
+    INSERT INTO sections_keyed (rowid, org, id, document, position, heading, text)
+        SELECT (p.slot << 24) + s.position, s.org, s.id, s.document, s.position, s.heading, s.text
+        FROM sections s JOIN parent_slots p ON p.org = s.org AND p.kind = 'section' AND p.parent = s.document;
+    DROP TABLE sections;
+    ALTER TABLE sections_keyed RENAME TO sections;
+    CREATE INDEX sections_document ON sections (org, document, position);
+    DROP TABLE memories_fts;
+    CREATE VIRTUAL TABLE memories_fts USING fts5 (org UNINDEXED, text, tokenize = 'porter unicode61');
+    INSERT INTO memories_fts (rowid, org, text) SELECT rowid, org, text FROM memories;
+    CREATE TEMP TABLE section_titles AS
+        SELECT s.rowid AS rowid, d.title AS title FROM sections s JOIN documents d ON d.org = s.org AND d.id = s.document;
+    DROP TABLE sections_fts;
+    CREATE VIRTUAL TABLE sections_fts USING fts5 (
+        org UNINDEXED, title, heading, text, tokenize = 'porter unicode61'
+    );
+    INSERT INTO sections_fts (rowid, org, title, heading, text)
+        SELECT s.rowid, s.org, t.title, s.heading, s.text FROM sections s JOIN temp.section_titles t ON t.rowid = s.rowid;
+    DROP TABLE temp.section_titles;
+    CREATE TABLE vector_indexes (
+        org TEXT NOT NULL, kind TEXT NOT NULL, saved_seq INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (org, kind)
+    );
+    CREATE TABLE vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, org TEXT NOT NULL, kind TEXT NOT NULL, vector INTEGER NOT NULL);
+    CREATE INDEX vector_log_scope ON vector_log (org, kind, seq);
+    CREATE TRIGGER vectors_insert_logged AFTER INSERT ON vectors
+        WHEN EXISTS (SELECT 1 FROM vector_indexes WHERE org = new.org AND kind = new.kind)
+    BEGIN
+        INSERT INTO vector_log (org, kind, vector) VALUES (new.org, new.kind, new.rowid);
+    END;
+    CREATE TRIGGER vectors_delete_logged AFTER DELETE ON vectors
+        WHEN EXISTS (SELECT 1 FROM vector_indexes WHERE org = old.org AND kind = old.kind)
+    BEGIN
+        INSERT INTO vector_log (org, kind, vector) VALUES (old.org, old.kind, old.rowid);
+    END;
+    CREATE TRIGGER vectors_update_logged AFTER UPDATE OF org, kind, embedding ON vectors
+    BEGIN
+        INSERT INTO vector_log (org, kind, vector)
+            SELECT old.org, old.kind, old.rowid WHERE EXISTS (SELECT 1 FROM vector_indexes WHERE org = old.org AND kind = old.kind);
+        INSERT INTO vector_log (org, kind, vector)
+            SELECT new.org, new.kind, new.rowid WHERE EXISTS (SELECT 1 FROM vector_indexes WHERE org = new.org AND kind = new.kind);
+    END;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+#: rowids of one parent's memories or sections: [slot << SLOT_BITS, (slot + 1) << SLOT_BITS)
+SLOT_BITS = 24

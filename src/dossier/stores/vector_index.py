@@ -1,21 +1,15 @@
-"""In-memory nearest-neighbour search over one org's vectors of one kind.
+"""Exact nearest-neighbour search over one org's vectors of one kind, in memory.
 
-Exact search (one matrix-vector product over normalised float32 rows) is the default: it is exact and,
-measured on this project's bench, fast enough below ``Settings.hnsw_min_rows`` rows. Above that an
-HNSW index (usearch, cosine) is built once per generation of the data and answers approximately.
+One matrix-vector product over normalised float32 rows: exact and, measured on this project's bench, fast
+enough below ``Settings.hnsw_min_rows`` rows; above that the SQLite store asks its persisted ANN index
+(``stores/ann.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-
-
-#: HNSW search breadth: at 1M memories (bench/scale.py) 64 gave recall@10 0.963 against exact search (a
-#: text repeated a dozen times makes a cluster of identical vectors the search can miss); PostgreSQL's
-#: store uses 200 for the same reason (docs/scaling.md)
-EF_SEARCH = 200
 
 
 @dataclass
@@ -24,38 +18,14 @@ class VectorIndex:
     parents: np.ndarray  # object array of str
     matrix: np.ndarray  # (n, d) float32, rows L2-normalised
     generation: int
-    hnsw_min_rows: int
-    _hnsw: object | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    @property
-    def uses_hnsw(self) -> bool:
-        return len(self.keys) >= self.hnsw_min_rows
-
     def search(self, query: np.ndarray, limit: int) -> list[tuple[str, str, float]]:
-        n = len(self.keys)
-        if n == 0 or limit <= 0:
+        if len(self.keys) == 0 or limit <= 0:
             return []
-        if self.uses_hnsw and limit * 4 < n:  # asked for a quarter of the rows or more: a scan is exact and as cheap
-            return self._search_hnsw(query, limit)
         return exact_search(self.keys, self.parents, self.matrix, query, limit)
-
-    def _search_hnsw(self, query: np.ndarray, limit: int) -> list[tuple[str, str, float]]:
-        if self._hnsw is None:
-            from usearch.index import Index
-
-            index = Index(
-                ndim=self.matrix.shape[1], metric="cos", dtype="f32", connectivity=16, expansion_add=128,
-                expansion_search=max(EF_SEARCH, limit * 4),
-            )  # fmt: skip
-            index.add(np.arange(len(self.keys), dtype=np.uint64), self.matrix)
-            self._hnsw = index
-        matches = self._hnsw.search(query.astype(np.float32), limit)  # type: ignore[attr-defined]
-        rows = np.asarray(matches.keys, dtype=np.int64)
-        sims = 1.0 - np.asarray(matches.distances, dtype=np.float32)
-        return [(self.keys[r], self.parents[r], float(s)) for r, s in zip(rows, sims)]
 
 
 def exact_search(

@@ -1,0 +1,209 @@
+"""Nearest-neighbour search of the SQLite store: exact below a size, the persisted ANN index above it.
+
+* **Among parents** (a record's memories, a document's sections): the parents' rows are read through the
+  ``(org, kind, parent)`` index and searched exactly, each parent's block cached for the org's current
+  generation (any write to the org bumps it), so a call costs what the record holds. When the parents
+  hold ``ann_min_rows`` rows or more and at least a sixteenth of the org's, the org's ANN index is asked
+  for more neighbours than wanted and those of other parents are dropped (the share decides how many
+  more); if that still finds too few, the exact search runs after all.
+* **Org-wide**: exact (one matrix of the org's rows, per generation) below ``hnsw_min_rows`` rows, the
+  ANN index above.
+
+ANN answers are rescored exactly (the stored vectors against the question) and ordered by score then
+key, as exact answers are; which rows they hold is approximate (recall is measured in bench/).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from .ann import AnnIndexes
+from .vector_index import VectorIndex, exact_search_blocks
+
+Found = list[tuple[str, str, float]]  # (key, parent, similarity), best first
+_MAX_FETCH = 8192  # neighbours asked of the ANN index for a parents' search before it falls back to exact
+_MIN_SHARE = 16  # parents holding less than 1/16 of the org's rows are searched exactly
+_MAX_COUNTS = 1_000_000  # row counts kept per process (per parent: a few hundred bytes each)
+
+
+class SQLiteVectors:
+    def __init__(
+        self,
+        query: Callable[[str, Sequence[Any]], list[tuple]],
+        lock: threading.RLock,
+        ann: AnnIndexes,
+        *,
+        hnsw_min_rows: int,
+        ann_min_rows: int,
+        cache_bytes: int,
+    ) -> None:
+        self._query = query
+        self._lock = lock
+        self.ann = ann
+        self.hnsw_min_rows = hnsw_min_rows
+        self.ann_min_rows = ann_min_rows
+        self.cache_bytes = cache_bytes  # bound of the per-parent vector blocks (LRU)
+        self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        # (org, kind, parent) -> (keys, parents, matrix), valid for _generations[org]
+        self._blocks: OrderedDict[tuple[str, str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._rows: dict[tuple[str, str, str | None], int] = {}  # (org, kind, parent or None for all) -> rows
+        self._generations: dict[str, int] = {}
+        self._block_bytes = 0
+
+    def close(self) -> None:
+        self._indexes.clear()
+        self._blocks.clear()
+        self._rows.clear()
+        self._block_bytes = 0
+        self.ann.close()
+
+    def search(self, kind: str, org: str, vector: np.ndarray, limit: int, parents: Sequence[str] | None) -> Found:
+        if limit <= 0 or (parents is not None and not parents):
+            return []
+        query = np.asarray(vector, dtype=np.float32)
+        with self._lock:
+            self._current(org)
+            if parents is None:
+                rows = self._count(org, kind, None)
+                if rows >= self.hnsw_min_rows and limit * 4 < rows:  # a quarter of the rows or more: a scan is exact and as cheap
+                    return self._ann_search(kind, org, query, limit, None, 1.0) or []
+                return self._index(kind, org).search(query, limit)
+            held = sum(self._count(org, kind, p) for p in set(parents))
+            if held >= self.ann_min_rows and limit * 4 < held and held * _MIN_SHARE >= self._count(org, kind, None):
+                found = self._ann_search(kind, org, query, limit, set(parents), held / max(1, self._count(org, kind, None)))
+                if found is not None:
+                    return found
+            keys, owners, blocks = self._vectors_of(kind, org, parents)
+        return exact_search_blocks(keys, owners, blocks, query, limit)
+
+    def after_write(self, org: str, kind: str) -> None:
+        """Keep the ANN index of (org, kind) in step with a write just committed (see AnnIndexes)."""
+        self.ann.after_write(org, kind, build_from=min(self.ann_min_rows, self.hnsw_min_rows))
+
+    # -- the ANN index --------------------------------------------------------------------------------
+    def _ann_search(self, kind: str, org: str, query: np.ndarray, limit: int, parents: set[str] | None,
+                    share: float) -> Found | None:  # fmt: skip
+        index = self.ann.get(org, kind)
+        size = len(index)
+        fetch = min(size, limit if parents is None else max(2 * limit, math.ceil(2 * limit / share)))
+        while True:
+            labels = index.nearest(query, fetch)
+            rows = self._rows_of(org, kind, labels)  # rows deleted since, or of another org or kind, drop out
+            hits = [(label, *rows[label]) for label in labels if label in rows and (parents is None or rows[label][1] in parents)]
+            if len(hits) >= limit or fetch >= size:
+                break
+            if parents is not None and fetch >= _MAX_FETCH:
+                return None
+            fetch = min(size, fetch * 4)
+        if not hits:
+            return []
+        sims = index.vectors([h[0] for h in hits]) @ query
+        order = sorted(range(len(hits)), key=lambda i: (-float(sims[i]), hits[i][1]))[:limit]
+        return [(hits[i][1], hits[i][2], float(sims[i])) for i in order]
+
+    def _rows_of(self, org: str, kind: str, labels: list[int]) -> dict[int, tuple[str, str]]:
+        out: dict[int, tuple[str, str]] = {}
+        for chunk in _chunks(labels):
+            for rowid, key, parent in self._query(
+                f"SELECT rowid, key, parent FROM vectors WHERE rowid IN ({','.join('?' * len(chunk))}) AND org = ? AND kind = ?",
+                [*chunk, org, kind],
+            ):
+                out[rowid] = (key, parent)
+        return out
+
+    # -- exact search, and what it caches per generation -------------------------------------------------
+    def _current(self, org: str) -> int:
+        """The org's generation; the caches of an org whose generation moved are dropped first."""
+        rows = self._query("SELECT generation FROM orgs WHERE id = ?", (org,))
+        generation = rows[0][0] if rows else -1
+        if generation < 0 or self._generations.get(org) != generation:
+            for block in [k for k in self._blocks if k[0] == org]:
+                self._block_bytes -= _block_size(self._blocks.pop(block))
+            for counted in [k for k in self._rows if k[0] == org]:
+                del self._rows[counted]
+            self._generations[org] = generation
+        return generation
+
+    def _count(self, org: str, kind: str, parent: str | None) -> int:
+        """Rows of ``kind`` in ``org`` (of ``parent``, when given), counted once per generation."""
+        key = (org, kind, parent)
+        if key not in self._rows:
+            if parent is None:
+                sql, params = "SELECT count(*) FROM vectors WHERE org = ? AND kind = ?", [org, kind]
+            else:
+                sql, params = "SELECT count(*) FROM vectors WHERE org = ? AND kind = ? AND parent = ?", [org, kind, parent]
+            if len(self._rows) > _MAX_COUNTS:
+                self._rows.clear()
+            self._rows[key] = int(self._query(sql, params)[0][0])
+        return self._rows[key]
+
+    def _vectors_of(self, kind: str, org: str, parents: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The vectors of ``parents``: keys, parents and matrix blocks, in the order SQLite used to return them
+        (each chunk of 500 parents in sorted order, each parent's rows by rowid), each parent's block cached
+        for the org's current generation, so a record's vectors are read from SQLite once, not on every call."""
+        blocks = self._blocks
+        order = [p for chunk in _chunks(list(parents)) for p in sorted(set(chunk))]
+        missing = sorted({p for p in order if (org, kind, p) not in blocks})
+        fresh: dict[str, list[tuple]] = {p: [] for p in missing}
+        for chunk in _chunks(missing):
+            for row in self._query(
+                f"SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ? "
+                f"AND parent IN ({','.join('?' * len(chunk))}) ORDER BY parent, rowid",
+                [org, kind, *chunk],
+            ):
+                fresh[row[1]].append(row)
+        found = []
+        for p in order:
+            block = blocks.get((org, kind, p))
+            if block is None:
+                block = matrix_of(fresh[p])
+                blocks[(org, kind, p)] = block
+                self._rows[(org, kind, p)] = len(block[0])
+                self._block_bytes += _block_size(block)
+            else:
+                blocks.move_to_end((org, kind, p))
+            found.append(block)
+        while self._block_bytes > self.cache_bytes and len(blocks) > len(order):
+            _, dropped = blocks.popitem(last=False)
+            self._block_bytes -= _block_size(dropped)
+        nonempty = [b for b in found if len(b[0])]
+        if not nonempty:
+            return matrix_of([])[0], matrix_of([])[1], []
+        keys = np.concatenate([b[0] for b in nonempty])
+        owners = np.concatenate([b[1] for b in nonempty])
+        return keys, owners, [b[2] for b in nonempty]
+
+    def _index(self, kind: str, org: str) -> VectorIndex:
+        generation = self._generations.get(org, -1)
+        index = self._indexes.get((org, kind))
+        if index is None or index.generation != generation or generation < 0:
+            keys, parents, matrix = matrix_of(
+                self._query("SELECT key, parent, embedding FROM vectors WHERE org = ? AND kind = ?", (org, kind))
+            )
+            index = VectorIndex(keys, parents, matrix, generation)
+            self._indexes[(org, kind)] = index
+        return index
+
+
+def matrix_of(rows: list[tuple] | list[sqlite3.Row]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keys = np.array([r[0] for r in rows], dtype=object)
+    parents = np.array([r[1] for r in rows], dtype=object)
+    if not rows:
+        return keys, parents, np.zeros((0, 1), dtype=np.float32)
+    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return keys, parents, matrix
+
+
+def _block_size(block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+    return block[2].nbytes + 128 * len(block[0])  # the matrix, plus the key strings and array slots, roughly
+
+
+def _chunks(values: list, size: int = 500) -> Iterator[list]:
+    for i in range(0, len(values), size):
+        yield values[i : i + size]

@@ -1,0 +1,283 @@
+"""The SQLite store's persisted ANN index (stores/ann.py): saved beside the database, reopened without a
+rebuild, kept current across connections and processes through the change log, rebuilt when its file is
+missing, corrupt, of another database or too old, and answering what exact search answers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dossier.bundle import Org
+from dossier.stores.base import VectorWrite, WriteBatch
+from dossier.stores.sqlite import SQLiteStore
+from dossier.stores.vector_index import exact_search
+
+DIMS = 32
+
+
+def clustered(n: int, seed: int) -> np.ndarray:
+    """Unit vectors around 8 centres (real embeddings cluster; uniform random ones make HNSW look bad)."""
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(0).normal(size=(8, DIMS))
+    rows = centres[rng.integers(0, 8, n)] + 0.3 * rng.normal(size=(n, DIMS))
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def vectors(org: str, keys: list[str], matrix: np.ndarray, parent: str | None = None) -> list[VectorWrite]:
+    return [VectorWrite(org, "memory", k, parent or f"p{i % 4}", "h", v) for i, (k, v) in enumerate(zip(keys, matrix))]
+
+
+def open_store(path: Path, *, hnsw_min_rows: int = 400, ann_min_rows: int = 300) -> SQLiteStore:
+    """Small thresholds, so that a few hundred rows exercise what 200,000 and 5,000 rows do by default."""
+    return SQLiteStore(path, hnsw_min_rows=hnsw_min_rows, ann_min_rows=ann_min_rows, ann_compact_after=100)
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A store file with 1,000 memory vectors of org acme (an index was built and saved by the write)."""
+    path = tmp_path / "s.db"
+    matrix = clustered(1000, seed=1)
+    store = open_store(path)
+    store.write(WriteBatch(orgs=[Org(id="acme")], vectors=vectors("acme", [f"m{i:04d}" for i in range(1000)], matrix)))
+    assert store.ann.builds == 1
+    store.close()
+    return path, matrix
+
+
+def files(path: Path) -> list[str]:
+    return sorted(p.name for p in Path(f"{path}-ann").iterdir())
+
+
+def ids(store: SQLiteStore, query: np.ndarray, limit: int = 10, parents: list[str] | None = None) -> list[str]:
+    return [h.id for h in store.search_vectors("memory", query, org="acme", limit=limit, parents=parents)]
+
+
+def test_the_index_is_saved_beside_the_database_and_reopened_without_a_rebuild(loaded: tuple[Path, np.ndarray]) -> None:
+    path, matrix = loaded
+    names = files(path)
+    assert len(names) == 2 and names[0].endswith(".usearch") and names[1].endswith(".json")
+    store = open_store(path)
+    try:
+        for row in (0, 17, 999):
+            found = store.search_vectors("memory", matrix[row], org="acme", limit=10)
+            assert found[0].id == f"m{row:04d}" and found[0].score == pytest.approx(1.0, abs=1e-5)
+        assert store.ann.builds == 0  # the saved file answered
+    finally:
+        store.close()
+
+
+def test_answers_are_what_exact_search_answers(loaded: tuple[Path, np.ndarray]) -> None:
+    path, matrix = loaded
+    keys = np.array([f"m{i:04d}" for i in range(1000)], dtype=object)
+    store = open_store(path)
+    try:
+        recall = []
+        for row in range(0, 1000, 50):
+            query = matrix[row] + 0.05 * clustered(1, seed=row)[0]
+            want = exact_search(keys, keys, matrix, query, 10)
+            got = store.search_vectors("memory", query, org="acme", limit=10)
+            recall.append(len({h.id for h in got} & {k for k, _, _ in want}) / 10)
+            # rescored exactly: each hit carries its exact similarity, and hits come best first, then by id
+            for hit in got:
+                assert hit.score == pytest.approx(float(matrix[int(hit.id[1:])] @ query), abs=1e-5)
+            assert [(-h.score, h.id) for h in got] == sorted((-h.score, h.id) for h in got)
+        assert np.mean(recall) >= 0.95
+    finally:
+        store.close()
+
+
+def test_a_parent_holding_many_rows_searches_the_index_and_finds_its_own_rows(loaded: tuple[Path, np.ndarray]) -> None:
+    path, matrix = loaded
+    store = open_store(path, ann_min_rows=200)  # each of p0..p3 holds 250 rows: the index is asked
+    try:
+        keys = np.array([f"m{i:04d}" for i in range(0, 1000, 4)], dtype=object)
+        for row in (0, 400, 996):
+            got = store.search_vectors("memory", matrix[row], org="acme", limit=10, parents=["p0"])
+            assert {h.parent for h in got} == {"p0"}
+            want = exact_search(keys, keys, matrix[::4], matrix[row], 10)
+            assert got[0].id == f"m{row:04d}"
+            assert len({h.id for h in got} & {k for k, _, _ in want}) >= 9
+    finally:
+        store.close()
+
+
+def test_a_write_through_another_connection_is_seen_without_a_rebuild(loaded: tuple[Path, np.ndarray]) -> None:
+    path, matrix = loaded
+    reader, writer = open_store(path), open_store(path)
+    try:
+        assert ids(reader, matrix[3])[0] == "m0003"  # the reader has the index open
+        fresh = clustered(5, seed=99)
+        writer.write(WriteBatch(vectors=vectors("acme", [f"new{i}" for i in range(5)], fresh)))
+        with writer._transaction() as db:  # a delete, as a document losing a section would make
+            db.execute("DELETE FROM vectors WHERE org = 'acme' AND kind = 'memory' AND key = 'm0003'")
+        assert ids(reader, fresh[2])[0] == "new2"
+        assert "m0003" not in ids(reader, matrix[3], limit=50)
+        assert reader.ann.builds == 0 and writer.ann.builds == 0
+    finally:
+        reader.close()
+        writer.close()
+
+
+def _write_in_another_process(path: str, seed: int) -> None:
+    store = open_store(Path(path))
+    store.write(WriteBatch(vectors=vectors("acme", ["elsewhere"], clustered(1, seed=seed))))
+    store.close()
+
+
+def test_a_write_by_another_process_makes_the_index_stale_and_that_is_detected(loaded: tuple[Path, np.ndarray]) -> None:
+    path, matrix = loaded
+    store = open_store(path)
+    try:
+        assert ids(store, matrix[0])[0] == "m0000"
+        process = multiprocessing.get_context("spawn").Process(target=_write_in_another_process, args=(str(path), 1234))
+        process.start()
+        process.join(120)
+        assert process.exitcode == 0
+        assert ids(store, clustered(1, seed=1234)[0])[0] == "elsewhere"
+        assert store.ann.builds == 0
+    finally:
+        store.close()
+
+
+def test_changes_are_folded_into_a_new_file_and_the_log_is_dropped(loaded: tuple[Path, np.ndarray]) -> None:
+    path, _ = loaded
+    before = files(path)
+    store = open_store(path)
+    try:
+        moved = clustered(150, seed=7)  # 150 changed rows: past ann_compact_after (100)
+        store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(150)], moved)))
+        after = files(path)
+        assert after != before and len(after) == 2  # a new file, the old one removed
+        assert store._db.execute("SELECT count(*) FROM vector_log").fetchone()[0] == 0
+        assert json.loads(Path(f"{path}-ann", after[1]).read_text())["rows"] == 1000
+    finally:
+        store.close()
+    reopened = open_store(path)
+    try:
+        assert ids(reopened, moved[10])[0] == "m0010"
+        assert reopened.ann.builds == 0
+    finally:
+        reopened.close()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "garbage", "sidecar"])
+def test_a_missing_or_corrupt_file_is_rebuilt(loaded: tuple[Path, np.ndarray], damage: str) -> None:
+    path, matrix = loaded
+    directory = Path(f"{path}-ann")
+    index_file = next(directory.glob("*.usearch"))
+    if damage == "deleted":
+        shutil.rmtree(directory)
+    elif damage == "truncated":
+        index_file.write_bytes(index_file.read_bytes()[: index_file.stat().st_size // 2])
+    elif damage == "garbage":
+        index_file.write_bytes(b"\0not an index" * 1000)
+    else:
+        next(directory.glob("*.json")).write_text("{")
+    store = open_store(path)
+    try:
+        assert ids(store, matrix[42])[0] == "m0042"
+        assert store.ann.builds == 1
+    finally:
+        store.close()
+    again = open_store(path)  # the rebuilt file is good for the next process
+    try:
+        assert ids(again, matrix[43])[0] == "m0043"
+        assert again.ann.builds == 0
+    finally:
+        again.close()
+
+
+def test_the_file_of_another_database_or_an_older_file_is_not_used(loaded: tuple[Path, np.ndarray], tmp_path: Path) -> None:
+    path, matrix = loaded
+    # another database with the same org and kind but other vectors, given this one's index files
+    other = tmp_path / "other.db"
+    store = open_store(other)
+    store.write(WriteBatch(orgs=[Org(id="acme")], vectors=vectors("acme", [f"x{i}" for i in range(1000)], clustered(1000, seed=5))))
+    store.close()
+    shutil.rmtree(f"{other}-ann")
+    shutil.copytree(f"{path}-ann", f"{other}-ann")
+    store = open_store(other)
+    try:
+        assert ids(store, clustered(1000, seed=5)[9])[0] == "x9"
+        assert store.ann.builds == 1
+    finally:
+        store.close()
+    # a file older than the log kept: saved, then compacted past by a writer, then put back
+    old = tmp_path / "old-ann"
+    shutil.copytree(f"{path}-ann", old)
+    store = open_store(path)
+    store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(150)], clustered(150, seed=8))))
+    store.close()
+    shutil.rmtree(f"{path}-ann")
+    shutil.copytree(old, f"{path}-ann")
+    store = open_store(path)
+    try:
+        assert ids(store, clustered(150, seed=8)[3])[0] == "m0003"
+        assert store.ann.builds == 1
+    finally:
+        store.close()
+
+
+def test_each_org_searches_its_own_index_only(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s.db")
+    try:
+        shared = clustered(600, seed=3)
+        store.write(WriteBatch(orgs=[Org(id="acme"), Org(id="globex")],
+                               vectors=vectors("acme", [f"a{i}" for i in range(600)], shared)
+                               + vectors("globex", [f"g{i}" for i in range(600)], shared)))  # fmt: skip
+        assert store.ann.builds == 2
+        for org, prefix in (("acme", "a"), ("globex", "g")):
+            found = store.search_vectors("memory", shared[11], org=org, limit=20)
+            assert found[0].id == f"{prefix}11" and all(h.id.startswith(prefix) for h in found)
+            found = store.search_vectors("memory", shared[11], org=org, limit=20, parents=["p3"])
+            assert all(h.id.startswith(prefix) and h.parent == "p3" for h in found)
+    finally:
+        store.close()
+
+
+def test_a_memory_moving_to_another_record_is_found_under_its_new_record(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from dossier.bundle import Memory, Record
+
+    store = open_store(tmp_path / "s.db", ann_min_rows=100, hnsw_min_rows=100)
+    try:
+        matrix = clustered(400, seed=4)
+        records = [(Record(id=f"p{i}", org="acme", kind="contact"), "h") for i in range(4)] + [
+            (Record(id="elsewhere", org="acme", kind="contact"), "h")]  # fmt: skip
+        memories = [(Memory(id=f"m{i:04d}", org="acme", record=f"p{i % 4}", text=f"note {i}",
+                            created_at=datetime(2024, 1, 1, tzinfo=timezone.utc)), "h") for i in range(400)]  # fmt: skip
+        store.write(WriteBatch(orgs=[Org(id="acme")], records=records, memories=memories,
+                               vectors=vectors("acme", [f"m{i:04d}" for i in range(400)], matrix)))  # fmt: skip
+        assert ids(store, matrix[8], parents=["p0"])[0] == "m0008"
+        moved = Memory(id="m0008", org="acme", record="elsewhere", text="note 8", created_at=datetime(2024, 1, 1, tzinfo=timezone.utc))
+        store.write(WriteBatch(memories=[(moved, "h2")]))  # same text, same vector: only its record changes
+        assert "m0008" not in ids(store, matrix[8], parents=["p0"])
+        assert ids(store, matrix[8], parents=["elsewhere"]) == ["m0008"]
+        assert store.search_vectors("memory", matrix[8], org="acme", limit=1)[0].parent == "elsewhere"
+    finally:
+        store.close()
+
+
+def test_the_embedding_model_loads_after_an_index_was_opened(loaded: tuple[Path, np.ndarray]) -> None:
+    """usearch loaded before onnxruntime crashed the process; the index module loads them in a safe order."""
+    import subprocess
+    import sys
+
+    path, _ = loaded
+    script = (
+        "import numpy as np, sys\n"
+        "from dossier.stores.sqlite import SQLiteStore\n"
+        "store = SQLiteStore(sys.argv[1], hnsw_min_rows=400, ann_min_rows=300)\n"
+        "store.search_vectors('memory', np.ones(32, np.float32) / 32 ** 0.5, org='acme', limit=5)\n"
+        "from dossier.providers.embeddings import OnnxMiniLM\n"
+        "print(len(OnnxMiniLM().embed_query('still alive')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "384"
