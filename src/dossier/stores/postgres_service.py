@@ -2,19 +2,20 @@
 
 A small connection pool of its own on the same database, with its own schema version under
 ``service_meta`` and its own migrations: the data schema (``dossier_schema``) is neither read nor
-written here. The tables map the SQLite ones column for column.
+written here. The tables map the SQLite ones column for column, and the statements are
+:class:`~dossier.stores.service_sql.SQLServiceStore`'s, said PostgreSQL's way (:class:`PostgresServiceDialect`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from .postgres import _dossier_options
-from .service_base import ApiKey, AuditRow, Feedback, LedgerEntry, Session, UsageLine
+from .service_sql import Access, SQLServiceStore, Statement
 
 #: ``SERVICE_MIGRATIONS[i]`` moves the service tables from version i to i + 1.
 SERVICE_MIGRATIONS: tuple[str, ...] = (
@@ -49,14 +50,16 @@ SERVICE_MIGRATIONS: tuple[str, ...] = (
 )
 SERVICE_SCHEMA_VERSION = len(SERVICE_MIGRATIONS)
 _MIGRATION_LOCK = 7_345_010
-_KEY_COLUMNS = "id, org, caller, secret_hash, created_at, revoked_at, name"
-_AUDIT_COLUMNS = "call_id, org, caller, key_id, front_end, at, latency_ms, mode, depth, outcome, error_type, units, shape"
 
 
-class PostgresServiceStore:
-    """Service tables in one PostgreSQL database (usually the data's own)."""
+class PostgresServiceDialect:
+    """The service statements over a small pool of autocommit connections, each list in one transaction."""
 
-    def __init__(self, url: str, *, pool_size: int = 4, timeout: float = 30.0) -> None:
+    placeholder = "%b"  # binary parameters
+    insertion_order = "seq"
+    count_charges = "count(*) FILTER (WHERE kind = 'charge')"
+
+    def __init__(self, url: str, *, pool_size: int, timeout: float) -> None:
         self.url = url
         url, _ = _dossier_options(url)  # the data store's own options are not libpq's
         try:
@@ -77,6 +80,10 @@ class PostgresServiceStore:
     def close(self) -> None:
         self._pool.close()
 
+    def upsert(self, table: str, columns: Sequence[str], key: str) -> str:
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != key)
+        return f"INSERT INTO {table} VALUES ({', '.join('?' for _ in columns)}) ON CONFLICT ({key}) DO UPDATE SET {updates}"
+
     def _migrate(self, conn: psycopg.Connection) -> None:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
@@ -95,120 +102,24 @@ class PostgresServiceStore:
                 [str(SERVICE_SCHEMA_VERSION)],
             )
 
-    def _run(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[list[tuple], int]:
-        """Run statements in one transaction; the rows and row count of the last one."""
+    def run(self, statements: Sequence[Statement], *, access: Access) -> tuple[list[tuple], int]:
         try:
             with self._pool.connection() as conn, conn.transaction():
+                rows: list[tuple] = []
+                count = -1
                 for sql, params in statements:
                     cur = conn.execute(sql, params, binary=True)  # type: ignore[arg-type]
-                rows = cur.fetchall() if cur.description else []
-                return rows, cur.rowcount
+                    rows = cur.fetchall() if cur.description else []
+                    count = cur.rowcount
+                return rows, count
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"the service tables at {self.url} are unreachable: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL service query failed (nothing was written): {exc}") from exc
 
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        return self._run([(sql, params)])[0]
 
-    def check_ready(self, *, at: float) -> None:
-        self._run([
-            ("SELECT value FROM service_meta WHERE key = 'schema_version'", ()),
-            ("INSERT INTO service_meta VALUES ('ready_checked_at', %b) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-             (repr(at),)),
-        ])  # fmt: skip
+class PostgresServiceStore(SQLServiceStore):
+    """Service tables in one PostgreSQL database (usually the data's own)."""
 
-    # -- keys --------------------------------------------------------------------------------------
-    def add_key(self, key: ApiKey) -> None:
-        self._run([("INSERT INTO api_keys VALUES (%b, %b, %b, %b, %b, %b, %b)",
-                    (key.id, key.org, key.caller, key.secret_hash, key.created_at, key.revoked_at, key.name))])  # fmt: skip
-
-    def get_key(self, key_id: str) -> ApiKey | None:
-        rows = self._query(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = %b", (key_id,))
-        return ApiKey(*rows[0]) if rows else None
-
-    def list_keys(self, *, org: str | None = None) -> list[ApiKey]:
-        if org is None:
-            rows = self._query(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
-        else:
-            rows = self._query(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE org = %b ORDER BY created_at, id", (org,))
-        return [ApiKey(*row) for row in rows]
-
-    def revoke_key(self, key_id: str, *, at: float) -> bool:
-        _, count = self._run([("UPDATE api_keys SET revoked_at = %b WHERE id = %b AND revoked_at IS NULL", (at, key_id))])
-        return count > 0
-
-    # -- sessions ----------------------------------------------------------------------------------
-    def put_session(self, session: Session, *, idle_before: float) -> None:
-        s = session
-        self._run([
-            ("DELETE FROM sessions WHERE last_used < %b", (idle_before,)),
-            ("INSERT INTO sessions VALUES (%b, %b, %b, %b, %b, %b, %b) ON CONFLICT (id) DO UPDATE SET org = excluded.org, "
-             "caller = excluded.caller, call_id = excluded.call_id, state = excluded.state, "
-             "created_at = excluded.created_at, last_used = excluded.last_used",
-             (s.id, s.org, s.caller, s.call_id, s.state, s.created_at, s.last_used)),
-        ])  # fmt: skip
-
-    def get_session(self, session_id: str) -> Session | None:
-        rows = self._query(
-            "SELECT id, org, caller, call_id, state, created_at, last_used FROM sessions WHERE id = %b", (session_id,)
-        )
-        return Session(*rows[0]) if rows else None
-
-    def delete_session(self, session_id: str, *, org: str) -> None:
-        self._run([("DELETE FROM sessions WHERE id = %b AND org = %b", (session_id, org))])
-
-    # -- audit and feedback ------------------------------------------------------------------------
-    def add_audit(self, row: AuditRow) -> None:
-        r = row
-        self._run([(
-            "INSERT INTO audit VALUES (%b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b) ON CONFLICT (call_id) DO UPDATE SET "
-            "org = excluded.org, caller = excluded.caller, key_id = excluded.key_id, front_end = excluded.front_end, "
-            "at = excluded.at, latency_ms = excluded.latency_ms, mode = excluded.mode, depth = excluded.depth, "
-            "outcome = excluded.outcome, error_type = excluded.error_type, units = excluded.units, shape = excluded.shape",
-            (r.call_id, r.org, r.caller, r.key_id, r.front_end, r.at, r.latency_ms, r.mode, r.depth, r.outcome,
-             r.error_type, r.units, r.shape),
-        )])  # fmt: skip
-
-    def get_audit(self, call_id: str) -> AuditRow | None:
-        rows = self._query(f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE call_id = %b", (call_id,))
-        return AuditRow(*rows[0]) if rows else None
-
-    def audit_rows(self, *, org: str, limit: int) -> list[AuditRow]:
-        rows = self._query(
-            f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE org = %b ORDER BY at DESC, call_id LIMIT %b", (org, int(limit))
-        )
-        return [AuditRow(*row) for row in rows]
-
-    def add_feedback(self, feedback: Feedback) -> None:
-        f = feedback
-        self._run([("INSERT INTO feedback (call_id, org, caller, rating, comment, at) VALUES (%b, %b, %b, %b, %b, %b)",
-                    (f.call_id, f.org, f.caller, f.rating, f.comment, f.at))])  # fmt: skip
-
-    def get_feedback(self, call_id: str, *, org: str) -> list[Feedback]:
-        rows = self._query(
-            "SELECT call_id, org, caller, rating, comment, at FROM feedback WHERE org = %b AND call_id = %b ORDER BY seq",
-            (org, call_id),
-        )
-        return [Feedback(*row) for row in rows]
-
-    # -- billing -----------------------------------------------------------------------------------
-    def add_ledger(self, entry: LedgerEntry) -> None:
-        e = entry
-        self._run([("INSERT INTO ledger (org, call_id, kind, item, units, at) VALUES (%b, %b, %b, %b, %b, %b)",
-                    (e.org, e.call_id, e.kind, e.item, e.units, e.at))])  # fmt: skip
-
-    def usage(self, *, org: str, since: float | None = None, until: float | None = None) -> list[UsageLine]:
-        sql = (
-            "SELECT item, count(*) FILTER (WHERE kind = 'charge'), sum(CASE WHEN units > 0 THEN units ELSE 0 END), "
-            "sum(CASE WHEN units < 0 THEN -units ELSE 0 END) FROM ledger WHERE org = %b"
-        )
-        params: list[Any] = [org]
-        if since is not None:
-            sql += " AND at >= %b"
-            params.append(float(since))
-        if until is not None:
-            sql += " AND at < %b"
-            params.append(float(until))
-        rows = self._query(sql + " GROUP BY item ORDER BY item", params)
-        return [UsageLine(item=r[0], calls=int(r[1] or 0), charged=int(r[2] or 0), refunded=int(r[3] or 0)) for r in rows]
+    def __init__(self, url: str, *, pool_size: int = 4, timeout: float = 30.0) -> None:
+        super().__init__(PostgresServiceDialect(url, pool_size=pool_size, timeout=timeout), url=url)
