@@ -13,21 +13,26 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sqlite3
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import numpy as np
 
 from pydantic import BaseModel, ValidationError
 
 from .bundle import ITEM_MODELS, Bundle, Document, Identifiers, Section, has_value, property_display
+from .bundle_source import BundleSource
 from .errors import BundleError, Problem, UsageError
 from .identifiers import clip
 from .providers.embeddings import Embedder
 from .stores.base import ItemKind, Store, VectorKind, VectorWrite, WriteBatch, property_key
 
-Progress = Callable[[int, int], None]  # (done, total) embeddings
+Progress = Callable[[int, int], None]  # (done, total): texts of changed items embedded (or found current)
 _SINGULAR: dict[str, ItemKind] = {
     "orgs": "org", "callers": "caller", "records": "record",
     "memories": "memory", "documents": "document", "edges": "edge",
@@ -99,7 +104,7 @@ def read_bundle(source: str | Path | Mapping[str, Any]) -> Bundle:
     problems: list[Problem] = []
     parsed: dict[str, list[Any]] = {}
     ignored: dict[str, dict[str, int]] = {}
-    for list_name, model in ITEM_MODELS.items():
+    for list_name in ITEM_MODELS:
         items = raw.get(list_name)
         kind = _SINGULAR[list_name]
         if items is None:
@@ -109,15 +114,9 @@ def read_bundle(source: str | Path | Mapping[str, Any]) -> Bundle:
             continue
         parsed[list_name] = []
         for position, item in enumerate(items):
-            raw_id = item.get("id") if isinstance(item, Mapping) else None
-            where = _named(raw_id) if raw_id not in (None, "") else f"#{position}"
-            try:
-                parsed[list_name].append(model.model_validate(item))
-            except ValidationError as exc:
-                problems.extend(Problem(kind, where, _message(err)) for err in exc.errors())
-            else:
-                for name in _unknown_fields(list_name, model, item):
-                    _count(ignored.setdefault(list_name, {}), name)
+            valid = _validated(list_name, position, item, problems, ignored)
+            if valid is not None:
+                parsed[list_name].append(valid)
     if problems:
         raise BundleError(problems)
     bundle = Bundle(**parsed)
@@ -190,150 +189,348 @@ def _read_json(path: str | Path) -> Any:
 def check_references(bundle: Bundle, store: Store) -> list[Problem]:
     """Duplicate ids and dangling references (memory on an unknown record, edge to an unknown
     record, caller of an unknown org, ...), resolved against the bundle and the store, per org."""
-    problems: list[Problem] = []
-    bundle_orgs = {o.id for o in bundle.orgs}
+    scan = _Scan(store, LoadReport())
     for list_name in ITEM_MODELS:
-        seen: set[tuple[str, str]] = set()
-        for item in getattr(bundle, list_name):
-            key = (getattr(item, "org", item.id), item.id)
-            if key in seen:
-                problems.append(Problem(_SINGULAR[list_name], _named(item.id), "duplicate id in this bundle"))
-            seen.add(key)
-    section_owner: dict[tuple[str, str], str] = {}
-    for doc in bundle.documents:
-        for s in doc.sections:
-            owner = section_owner.setdefault((doc.org, s.id), doc.id)
-            if owner != doc.id or sum(1 for x in doc.sections if x.id == s.id) > 1:
-                problems.append(Problem("document", _named(doc.id), f"section id {clip(s.id)} is used twice"))
+        for position, item in enumerate(getattr(bundle, list_name)):
+            scan.add(list_name, position, item)
+    return scan.reference_problems()
 
-    known_orgs: dict[str, bool] = {}
 
-    def org_exists(org: str) -> bool:
-        if org not in known_orgs:
-            known_orgs[org] = org in bundle_orgs or store.get_org(org=org) is not None
-        return known_orgs[org]
+class _Scan:
+    """The first read of a load: every item validated, ids and references collected, each item's content
+    hash compared with the store's (chunk by chunk), and the items to write remembered by position (one
+    bit each). What it keeps per item is its id (duplicates) and any reference it could not resolve yet."""
 
-    records_by_org: dict[str, set[str]] = defaultdict(set)
-    for r in bundle.records:
-        records_by_org[r.org].add(r.id)
-    wanted: dict[str, set[str]] = defaultdict(set)
-    refs: list[tuple[str, str, str, str, str]] = []  # kind, item id, org, field, record id
-    for r in bundle.records:
-        if r.merged_into:
-            refs.append(("record", r.id, r.org, "merged_into", r.merged_into))
-    for m in bundle.memories:
-        refs.append(("memory", m.id, m.org, "record", m.record))
-    for d in bundle.documents:
-        if d.attached_record:
-            refs.append(("document", d.id, d.org, "attached_record", d.attached_record))
-    for e in bundle.edges:
-        refs.append(("edge", e.id, e.org, "src", e.src))
-        refs.append(("edge", e.id, e.org, "dst", e.dst))
-    for _, _, org, _, record_id in refs:
-        if record_id not in records_by_org[org]:
-            wanted[org].add(record_id)
-    stored = {org: set(store.content_hashes("record", sorted(ids), org=org)) for org, ids in wanted.items() if org_exists(org)}
+    def __init__(self, store: Store, report: LoadReport) -> None:
+        self.store, self.report = store, report
+        self.problems: list[Problem] = []  # shape problems (validation): reported before references
+        self.ignored: dict[str, dict[str, int]] = {}
+        self.ignored_keys: list[str] = []
+        self.items = 0
+        self.seen: dict[str, set[tuple[str, str]]] = {name: set() for name in ITEM_MODELS}
+        self.duplicates: list[Problem] = []
+        self.sections: dict[tuple[str, str], str] = {}  # (org, section id) -> document id
+        self.section_problems: list[Problem] = []
+        self.refs: list[tuple[str, str, str, str, str]] = []  # kind, item id, org, field, record id (unresolved)
+        self.bundle_orgs: set[str] = set()
+        self.item_orgs: dict[str, list[tuple[str, str]]] = {}  # org not in the store -> (kind, item id), in order
+        self.stored_orgs: dict[str, bool] = {}
+        self.changed: dict[str, bytearray] = {name: bytearray() for name in ITEM_MODELS}  # bit per position
+        self.slots = 0  # vector texts of the changed items (each may need embedding)
+        self._pending: list[tuple[str, int, Any]] = []
 
-    for kind, item_id, org, field_name, record_id in refs:
-        if record_id not in records_by_org[org] and record_id not in stored.get(org, set()):
-            problems.append(Problem(kind, _named(item_id), f"{field_name} refers to unknown record {clip(record_id)} in org {clip(org)}"))
-    for list_name in ("callers", "records", "memories", "documents", "edges"):
-        for item in getattr(bundle, list_name):
-            if not org_exists(item.org):
-                problems.append(Problem(_SINGULAR[list_name], _named(item.id), f"unknown org {clip(item.org)}"))
-    return problems
+    def add_raw(self, key: str, position: int | None, value: Any) -> None:
+        """One entry of the source: an item of a list (validated here), or a key that holds no list."""
+        if key not in ITEM_MODELS:
+            if position is None and len(self.ignored_keys) < _LISTED_NAMES and clip(key, 60, quote=False) not in self.ignored_keys:
+                self.ignored_keys.append(clip(key, 60, quote=False))
+            return
+        if position is None:
+            if value is not None:
+                self.problems.append(Problem(_SINGULAR[key], None, f"'{key}' must be a list, not {_kind_name(value)}"))
+            return
+        item = _validated(key, position, value, self.problems, self.ignored)
+        if item is not None:
+            self.add(key, position, item)
+
+    def add(self, list_name: str, position: int, item: Any) -> None:
+        self.items += 1
+        kind = _SINGULAR[list_name]
+        org = item.id if kind == "org" else item.org
+        key = (org, item.id)
+        if key in self.seen[list_name]:
+            self.duplicates.append(Problem(kind, _named(item.id), "duplicate id in this bundle"))
+        self.seen[list_name].add(key)
+        if kind == "org":
+            self.bundle_orgs.add(item.id)
+        else:
+            self._note_org(kind, item.id, org)
+        if kind == "record" and item.merged_into:
+            self._ref("record", item.id, org, "merged_into", item.merged_into)
+        elif kind == "memory":
+            self._ref("memory", item.id, org, "record", item.record)
+        elif kind == "document":
+            if item.attached_record:
+                self._ref("document", item.id, org, "attached_record", item.attached_record)
+            for s in item.sections:
+                owner = self.sections.setdefault((org, s.id), item.id)
+                if owner != item.id or sum(1 for x in item.sections if x.id == s.id) > 1:
+                    self.section_problems.append(Problem("document", _named(item.id), f"section id {clip(s.id)} is used twice"))
+        elif kind == "edge":
+            self._ref("edge", item.id, org, "src", item.src)
+            self._ref("edge", item.id, org, "dst", item.dst)
+        self._pending.append((list_name, position, item))
+        if len(self._pending) >= CHUNK:
+            self.flush()
+
+    def _ref(self, kind: str, item_id: str, org: str, field_name: str, record_id: str) -> None:
+        if (org, record_id) not in self.seen["records"]:  # a record read earlier in the bundle resolves it now
+            self.refs.append((kind, item_id, org, field_name, record_id))
+
+    def _note_org(self, kind: str, item_id: str, org: str) -> None:
+        if org not in self.stored_orgs:
+            self.stored_orgs[org] = self.store.get_org(org=org) is not None
+        if not self.stored_orgs[org]:
+            self.item_orgs.setdefault(org, []).append((kind, item_id))
+
+    def flush(self) -> None:
+        """Compare the pending items' content hashes with the store's; remember the ones to write."""
+        by_kind: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
+        for list_name, position, item in self._pending:
+            by_kind[(list_name, item.id if list_name == "orgs" else item.org)].append((position, item))
+        self._pending = []
+        if self.problems:
+            return  # the load will be refused: no need to read the store
+        report = self.report
+        for (list_name, org), group in by_kind.items():
+            name = "memories" if list_name == "memories" else list_name
+            stored = self.store.content_hashes(_SINGULAR[list_name], [i.id for _, i in group], org=org)
+            bits = self.changed[list_name]
+            for position, item in group:
+                digest = content_hash(item)
+                if item.id not in stored:
+                    report.inserted[name] = report.inserted.get(name, 0) + 1
+                elif stored[item.id] != digest:
+                    report.updated[name] = report.updated.get(name, 0) + 1
+                else:
+                    report.unchanged[name] = report.unchanged.get(name, 0) + 1
+                    continue
+                if len(bits) <= position // 8:
+                    bits.extend(bytes(position // 8 + 1 - len(bits) + len(bits) // 2))
+                bits[position // 8] |= 1 << (position % 8)
+                self.slots += len(_texts_of(list_name, item))
+
+    def reference_problems(self) -> list[Problem]:
+        problems = list(self.duplicates) + list(self.section_problems)
+        records_by_org: dict[str, set[str]] = defaultdict(set)
+        for org, record_id in self.seen["records"]:
+            records_by_org[org].add(record_id)
+        exists = {org: org in self.bundle_orgs or self.stored_orgs.get(org, False) for org in {r[2] for r in self.refs}}
+        wanted: dict[str, set[str]] = defaultdict(set)
+        for _, _, org, _, record_id in self.refs:
+            if record_id not in records_by_org[org]:
+                wanted[org].add(record_id)
+        stored = {org: set(self.store.content_hashes("record", sorted(ids), org=org)) for org, ids in wanted.items() if exists[org]}
+        for kind, item_id, org, field_name, record_id in self.refs:
+            if record_id not in records_by_org[org] and record_id not in stored.get(org, set()):
+                problems.append(Problem(kind, _named(item_id), f"{field_name} refers to unknown record {clip(record_id)} in org {clip(org)}"))
+        for list_name in ("callers", "records", "memories", "documents", "edges"):
+            kind = _SINGULAR[list_name]
+            for org, items in self.item_orgs.items():
+                if org not in self.bundle_orgs:
+                    problems.extend(Problem(kind, _named(i), f"unknown org {clip(org)}") for k, i in items if k == kind)
+        return problems
+
+
+def _validated(list_name: str, position: int, item: Any, problems: list[Problem], ignored: dict[str, dict[str, int]]) -> Any:
+    """The item as its model, or None with its problems added; unknown fields are counted in ``ignored``."""
+    model = ITEM_MODELS[list_name]
+    raw_id = item.get("id") if isinstance(item, Mapping) else None
+    where = _named(raw_id) if raw_id not in (None, "") else f"#{position}"
+    try:
+        parsed = model.model_validate(item)
+    except ValidationError as exc:
+        problems.extend(Problem(_SINGULAR[list_name], where, _message(err)) for err in exc.errors())
+        return None
+    for name in _unknown_fields(list_name, model, item):
+        _count(ignored.setdefault(list_name, {}), name)
+    return parsed
+
+
+def _texts_of(list_name: str, item: Any) -> list[tuple[str, VectorKind, str, str, str]]:
+    """(org, kind, key, parent, text) of each vector ``item`` has."""
+    if list_name == "records":
+        if item.pending_deletion:
+            return []  # its vectors are dropped (stores.write), so discovery never finds it
+        return [(item.org, "property", property_key(item.id, prop), item.id, property_text(prop, value))
+                for prop, value in item.properties.items() if has_value(value)]  # fmt: skip
+    if list_name == "memories":
+        return [(item.org, "memory", item.id, item.record, item.text)]
+    if list_name == "documents":
+        return [(item.org, "section", s.id, item.id, section_text(item, s)) for s in item.sections]
+    return []
 
 
 # -- loading -------------------------------------------------------------------------------------------
+CHUNK = 1000  # items per read of the store's hashes, per embedding run, per batch written
+STAGED_IN_MEMORY = 20_000  # vectors a load keeps in memory before the rest wait in a temporary file
+
+
 def load_bundle(
     store: Store, embedder: Embedder, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None
 ) -> LoadReport:
+    """Load a bundle in three reads of its source, holding one chunk of items at a time:
+
+    1. check: validate every item, collect ids and references, compare content hashes with the store;
+       refuse the bundle (nothing written) with every problem found;
+    2. embed: for the items that changed, the texts whose vectors are missing or stale, in batches;
+       the vectors wait on disk once there are many (``_Staged``);
+    3. write: the changed items and the new vectors, streamed into one transaction (all or nothing).
+
+    ``progress(done, total)`` follows step 2: texts of changed items done, of ``total``.
+    """
     started = time.perf_counter()
-    bundle = source if isinstance(source, Bundle) else read_bundle(source)
-    if not any(getattr(bundle, list_name) for list_name in ITEM_MODELS):
-        skipped = f" (ignored: {', '.join(bundle._ignored_keys[:10])})" if bundle._ignored_keys else ""
+    bundle = BundleSource(source)
+    report = LoadReport()
+    scan = _Scan(store, report)
+    if bundle.validated:
+        assert isinstance(source, Bundle)
+        for list_name in ITEM_MODELS:
+            for n, item in enumerate(getattr(source, list_name)):
+                scan.add(list_name, n, item)
+        scan.ignored_keys, scan.ignored = list(source._ignored_keys), dict(source._ignored_fields)
+    else:
+        for key, position, value in bundle.entries():
+            scan.add_raw(key, position, value)
+    if scan.problems:
+        raise BundleError(scan.problems)
+    scan.flush()
+    report.ignored_keys, report.ignored_fields = scan.ignored_keys, scan.ignored
+    if not scan.items:
+        skipped = f" (ignored: {', '.join(scan.ignored_keys[:10])})" if scan.ignored_keys else ""
         raise BundleError([Problem("bundle", None, f"nothing to load: no {', '.join(ITEM_MODELS)}{skipped}")])
-    problems = check_references(bundle, store)
+    problems = scan.reference_problems()
     if problems:
         raise BundleError(problems)
-    report = LoadReport(ignored_keys=list(bundle._ignored_keys), ignored_fields=dict(bundle._ignored_fields))
-    batch = WriteBatch()
-    for list_name in ITEM_MODELS:
-        kind = _SINGULAR[list_name]
-        items = getattr(bundle, list_name)
-        changed = _diff(store, kind, items, report)
-        target = getattr(batch, list_name)
-        if kind in ("org", "caller"):
-            target.extend(item for item, _ in changed)
-        else:
-            target.extend(changed)
-    pending = _vectors_to_compute(store, batch)
-    texts = [slot[-1] for slot in pending]
-    done = 0
-
-    def step(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(done, len(texts))
-
-    if progress:
-        progress(0, len(texts))
-    vectors = embedder.embed_documents(texts, progress=step)
-    for (org, vector_kind, key, parent, digest, _), vector in zip(pending, vectors):
-        batch.vectors.append(VectorWrite(org, vector_kind, key, parent, digest, vector))
-    report.embedded = len(texts)
-    if len(batch) or batch.vectors:
-        store.write(batch)
+    with _Staged() as staged:
+        report.embedded = _embed(store, embedder, bundle, scan, staged, progress)
+        if any(any(bits) for bits in scan.changed.values()) or len(staged):
+            store.write_many(_batches(bundle, scan, staged))
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _diff(store: Store, kind: ItemKind, items: list[Any], report: LoadReport) -> list[tuple[Any, str]]:
-    by_org: dict[str, list[Any]] = defaultdict(list)
-    for item in items:
-        by_org[item.id if kind == "org" else item.org].append(item)
-    changed: list[tuple[Any, str]] = []
-    name = kind + "s" if kind != "memory" else "memories"
-    for org, group in by_org.items():
-        stored = store.content_hashes(kind, [i.id for i in group], org=org)
-        for item in group:
-            digest = content_hash(item)
-            if item.id not in stored:
-                report.inserted[name] = report.inserted.get(name, 0) + 1
-            elif stored[item.id] != digest:
-                report.updated[name] = report.updated.get(name, 0) + 1
-            else:
-                report.unchanged[name] = report.unchanged.get(name, 0) + 1
-                continue
-            changed.append((item, digest))
-    return changed
+def _changed_items(bundle: BundleSource, scan: _Scan) -> Iterator[tuple[str, Any, str]]:
+    """(list name, item, content hash) of each item to write, read again from the source."""
+    for key, position, value in bundle.entries():
+        if position is None or key not in ITEM_MODELS:
+            continue
+        bits = scan.changed[key]
+        if position // 8 < len(bits) and bits[position // 8] >> (position % 8) & 1:
+            item: Any = value if bundle.validated else ITEM_MODELS[key].model_validate(value)
+            yield key, item, content_hash(item)
 
 
-def _vectors_to_compute(store: Store, batch: WriteBatch) -> list[tuple[str, VectorKind, str, str, str, str]]:
-    """(org, kind, key, parent, text hash, text) for every vector whose text is new or changed."""
-    wanted: list[tuple[str, VectorKind, str, str, str]] = []  # org, kind, key, parent, text
-    for record, _ in batch.records:
-        if record.pending_deletion:
-            continue  # its vectors are dropped (stores.write), so discovery never finds it
-        for prop, value in record.properties.items():
-            if has_value(value):
-                wanted.append((record.org, "property", property_key(record.id, prop), record.id, property_text(prop, value)))
-    for memory, _ in batch.memories:
-        wanted.append((memory.org, "memory", memory.id, memory.record, memory.text))
-    for document, _ in batch.documents:
-        for s in document.sections:
-            wanted.append((document.org, "section", s.id, document.id, section_text(document, s)))
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for org, kind, key, _, _ in wanted:
-        groups[(org, kind)].append(key)
-    stored = {g: store.vector_hashes(g[1], keys, org=g[0]) for g, keys in groups.items()}  # type: ignore[arg-type]
-    out = []
-    for org, kind, key, parent, text in wanted:
-        digest = text_hash(text)
-        if stored[(org, kind)].get(key) != digest:
-            out.append((org, kind, key, parent, digest, text))
-    return out
+def _embed(store: Store, embedder: Embedder, bundle: BundleSource, scan: _Scan, staged: "_Staged",
+           progress: Progress | None) -> int:  # fmt: skip
+    """Embed the texts of changed items whose stored vector is missing or was made from another text."""
+    total, done, embedded = scan.slots, 0, 0
+    if progress:
+        progress(0, total)
+    if not total:
+        return 0
+    slots: list[tuple[str, VectorKind, str, str, str]] = []
+
+    def flush() -> None:
+        nonlocal done, embedded
+        groups: dict[tuple[str, VectorKind], list[str]] = defaultdict(list)
+        for org, kind, key, _, _ in slots:
+            groups[(org, kind)].append(key)
+        stored = {g: store.vector_hashes(g[1], keys, org=g[0]) for g, keys in groups.items()}
+        wanted = [(org, kind, key, parent, text_hash(text), text) for org, kind, key, parent, text in slots
+                  if stored[(org, kind)].get(key) != text_hash(text)]  # fmt: skip
+        done += len(slots) - len(wanted)
+        if wanted:
+            base = done
+
+            def step(n: int) -> None:
+                nonlocal done
+                done += n
+                if progress:
+                    progress(min(done, base + len(wanted)), total)
+
+            vectors = embedder.embed_documents([w[-1] for w in wanted], progress=step)
+            done = base + len(wanted)
+            for (org, kind, key, parent, digest, _), vector in zip(wanted, vectors):
+                staged.add(VectorWrite(org, kind, key, parent, digest, vector))
+            embedded += len(wanted)
+        elif progress:
+            progress(done, total)
+        slots.clear()
+
+    for list_name, item, _ in _changed_items(bundle, scan):
+        slots.extend(_texts_of(list_name, item))
+        if len(slots) >= CHUNK:
+            flush()
+    if slots:
+        flush()
+    return embedded
+
+
+def _batches(bundle: BundleSource, scan: _Scan, staged: "_Staged") -> Iterator[WriteBatch]:
+    """The changed items, then the new vectors, a chunk at a time (written in one transaction)."""
+    batch, size = WriteBatch(), 0
+    for list_name, item, digest in _changed_items(bundle, scan):
+        target = getattr(batch, list_name)
+        target.append(item if list_name in ("orgs", "callers") else (item, digest))
+        size += 1 + (len(item.sections) if list_name == "documents" else 0)
+        if size >= CHUNK:
+            yield batch
+            batch, size = WriteBatch(), 0
+    if size:
+        yield batch
+    for vectors in staged.chunks(CHUNK):
+        yield WriteBatch(vectors=vectors)
+
+
+class _Staged:
+    """Vectors computed by a load, kept until its write: in memory, then in a temporary SQLite file once
+    there are more than ``in_memory`` of them (a load's memory stays bounded however large the bundle)."""
+
+    def __init__(self, in_memory: int | None = None) -> None:
+        self.in_memory = STAGED_IN_MEMORY if in_memory is None else in_memory
+        self._rows: list[VectorWrite] = []
+        self._count = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def __enter__(self) -> "_Staged":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._db is not None:
+            self._db.close()
+        if self._dir is not None:
+            self._dir.cleanup()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, v: VectorWrite) -> None:
+        self._rows.append(v)
+        self._count += 1
+        if len(self._rows) > self.in_memory:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self._db is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="dossier-load-")
+            self._db = sqlite3.connect(Path(self._dir.name) / "vectors.db")
+            self._db.execute("PRAGMA journal_mode = OFF")
+            self._db.execute("PRAGMA synchronous = OFF")
+            self._db.execute(
+                "CREATE TABLE staged (n INTEGER PRIMARY KEY, org TEXT, kind TEXT, key TEXT, parent TEXT, hash TEXT, vector BLOB)"
+            )
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO staged (org, kind, key, parent, hash, vector) VALUES (?, ?, ?, ?, ?, ?)",
+                [(v.org, v.kind, v.key, v.parent, v.text_hash, np.asarray(v.vector, dtype=np.float32).tobytes()) for v in self._rows],
+            )
+        self._rows = []
+
+    def chunks(self, size: int) -> Iterator[list[VectorWrite]]:
+        if self._db is not None:
+            last = 0
+            while True:
+                rows = self._db.execute(
+                    "SELECT n, org, kind, key, parent, hash, vector FROM staged WHERE n > ? ORDER BY n LIMIT ?", (last, size)
+                ).fetchall()
+                if not rows:
+                    break
+                last = rows[-1][0]
+                yield [VectorWrite(o, k, key, p, h, np.frombuffer(b, dtype=np.float32)) for _, o, k, key, p, h, b in rows]
+        for i in range(0, len(self._rows), size):
+            yield self._rows[i : i + size]
 
 
 # -- markdown ------------------------------------------------------------------------------------------

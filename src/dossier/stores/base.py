@@ -18,7 +18,7 @@ higher is better (cosine similarity for vectors, negated BM25 for full text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -145,6 +145,10 @@ class Store(Protocol):
     # -- writes ------------------------------------------------------------------------------------
     def write(self, batch: WriteBatch) -> None:
         """Apply ``batch`` atomically (see :class:`WriteBatch`)."""
+
+    def write_many(self, batches: Iterable[WriteBatch]) -> None:
+        """Apply every batch of ``batches``, in order, in one transaction: all of them or nothing. The
+        batches are drawn while the transaction is open (a load streams its bundle into it)."""
 
     def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
         """Stored content hash of each of ``ids`` that exists in ``org``."""

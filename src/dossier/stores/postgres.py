@@ -29,6 +29,7 @@ import hashlib
 import json
 import re
 import time
+from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode
@@ -195,31 +196,41 @@ class PostgresStore:
 
     # -- writes ------------------------------------------------------------------------------------
     def write(self, batch: WriteBatch) -> None:
-        groups = group_by_org(batch)  # refuses an item without an org before anything is written
-        vector_orgs = sorted({v.org for v in batch.vectors})
-        for org in vector_orgs:
-            self._ensure_partition(org)
+        self.write_many([batch])
+
+    def write_many(self, batches: Iterable[WriteBatch]) -> None:
+        sizes: dict[str, int] = defaultdict(int)  # rows written per table, for the statistics that follow
+        orgs: set[str] = set()
+        kinds: set[tuple[str, str]] = set()
         try:
             with self._transaction(None) as conn:
-                for org in sorted(groups):
-                    conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
-                    write_org(conn.cursor(binary=True), org, groups[org])
+                for batch in batches:
+                    groups = group_by_org(batch)  # refuses an item without an org before anything is written
+                    for org in sorted({v.org for v in batch.vectors}):
+                        self._ensure_partition(org)  # its own short transaction (creating it here would block)
+                    for org in sorted(groups):
+                        conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
+                        write_org(conn.cursor(binary=True), org, groups[org])
+                    orgs |= set(groups)
+                    kinds |= {(v.org, v.kind) for v in batch.vectors}
+                    sections = sum(len(d.sections) for d, _ in batch.documents)
+                    for table, n in (("records", len(batch.records)), ("memories", len(batch.memories)),
+                                     ("memories_fts", len(batch.memories)), ("edges", len(batch.edges)),
+                                     ("documents", len(batch.documents)), ("sections", sections),
+                                     ("sections_fts", sections), ("vectors", len(batch.vectors))):  # fmt: skip
+                        sizes[table] += n
         except StoreError:
             raise
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL write failed (nothing was written): {exc}") from exc
-        self._text.forget(set(groups))
-        self._analyze(batch)
-        for org, kind in sorted({(v.org, v.kind) for v in batch.vectors}):
+        self._text.forget(orgs)
+        self._analyze(sizes)
+        for org, kind in sorted(kinds):
             self._maybe_index(org, kind)
 
-    def _analyze(self, batch: WriteBatch) -> None:
+    def _analyze(self, sizes: dict[str, int]) -> None:
         """Refresh the planner's statistics after a large write (choosing between the GIN index and the
         (org, record) index, say, depends on them), rather than waiting for autovacuum to notice."""
-        sections = sum(len(d.sections) for d, _ in batch.documents)
-        sizes = {"records": len(batch.records), "memories": len(batch.memories), "memories_fts": len(batch.memories),
-                 "edges": len(batch.edges), "documents": len(batch.documents), "sections": sections,
-                 "sections_fts": sections, "vectors": len(batch.vectors)}  # fmt: skip
         large = [table for table, n in sizes.items() if n >= _ANALYZE_AFTER]
         if large:  # VACUUM too: on all-visible pages, counting GIN matches skips the table (full-text IDF)
             with self._pool.connection() as conn:

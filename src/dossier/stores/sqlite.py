@@ -7,7 +7,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -126,60 +126,63 @@ class SQLiteStore:
 
     # -- writes ------------------------------------------------------------------------------------
     def write(self, batch: WriteBatch) -> None:
+        self.write_many([batch])
+
+    def write_many(self, batches: Iterable[WriteBatch]) -> None:
         touched: set[str] = set()
+        kinds: set[tuple[str, str]] = set()  # (org, kind) whose vectors may have changed
         try:
             with self._transaction() as db:
-                for org in batch.orgs:
-                    db.execute(
-                        "INSERT INTO orgs (id, name, hash) VALUES (?, ?, ?) "
-                        "ON CONFLICT (id) DO UPDATE SET name = excluded.name, hash = excluded.hash",
-                        (require_org(org.id, "write"), org.name, _hash_of(org)),
-                    )
-                    touched.add(org.id)
-                for caller in batch.callers:
-                    db.execute(
-                        "INSERT OR REPLACE INTO callers VALUES (?, ?, ?, ?)",
-                        (require_org(caller.org, "write"), caller.id, json.dumps(list(caller.roles)), _hash_of(caller)),
-                    )
-                for record, digest in batch.records:
-                    self._write_record(db, record, digest)
-                    touched.add(record.org)
                 rowids = _Rowids()
-                for memory, digest in batch.memories:
-                    self._write_memory(db, memory, digest, rowids)
-                    touched.add(memory.org)
-                for document, digest in batch.documents:
-                    self._write_document(db, document, digest, rowids)
-                    touched.add(document.org)
-                for edge, digest in batch.edges:
-                    e = edge
-                    db.execute(
-                        "INSERT OR REPLACE INTO edges VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (require_org(e.org, "write"), e.id, e.src, e.dst, e.type, int(e.active), e.confidence,
-                         e.weight, int(e.dst_is_stub), digest),
-                    )  # fmt: skip
-                    touched.add(e.org)
-                for v in batch.vectors:
-                    blob = np.asarray(v.vector, dtype=np.float32).tobytes()
-                    # delete, then insert: the vector gets a new rowid and both show in the change log
-                    db.execute(
-                        "DELETE FROM vectors WHERE org = ? AND kind = ? AND key = ?", (require_org(v.org, "write"), v.kind, v.key)
-                    )
-                    db.execute(
-                        "INSERT INTO vectors VALUES (?, ?, ?, ?, ?, ?)", (v.org, v.kind, v.key, v.parent, v.text_hash, blob)
-                    )
-                    touched.add(v.org)
+                for batch in batches:
+                    self._write_batch(db, batch, rowids, touched)
+                    kinds |= {(v.org, v.kind) for v in batch.vectors}
+                    kinds |= {(r.org, "property") for r, _ in batch.records} | {(d.org, "section") for d, _ in batch.documents}
                 for org_id in touched:
                     db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org_id,))
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"SQLite write failed (nothing was written): {exc}") from exc
-        kinds = {(v.org, v.kind) for v in batch.vectors}
-        kinds |= {(r.org, "property") for r, _ in batch.records} | {(d.org, "section") for d, _ in batch.documents}
         for org_id, kind in sorted(kinds):
             try:
                 self._vectors.after_write(org_id, kind)
             except (sqlite3.DatabaseError, OSError, RuntimeError, ValueError):
                 pass  # the write stands; the next search of (org, kind) checks its index and rebuilds it
+
+    def _write_batch(self, db: sqlite3.Connection, batch: WriteBatch, rowids: "_Rowids", touched: set[str]) -> None:
+        for org in batch.orgs:
+            db.execute(
+                "INSERT INTO orgs (id, name, hash) VALUES (?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET name = excluded.name, hash = excluded.hash",
+                (require_org(org.id, "write"), org.name, _hash_of(org)),
+            )
+            touched.add(org.id)
+        for caller in batch.callers:
+            db.execute(
+                "INSERT OR REPLACE INTO callers VALUES (?, ?, ?, ?)",
+                (require_org(caller.org, "write"), caller.id, json.dumps(list(caller.roles)), _hash_of(caller)),
+            )
+        for record, digest in batch.records:
+            self._write_record(db, record, digest)
+            touched.add(record.org)
+        for memory, digest in batch.memories:
+            self._write_memory(db, memory, digest, rowids)
+            touched.add(memory.org)
+        for document, digest in batch.documents:
+            self._write_document(db, document, digest, rowids)
+            touched.add(document.org)
+        for e, digest in batch.edges:
+            db.execute(
+                "INSERT OR REPLACE INTO edges VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (require_org(e.org, "write"), e.id, e.src, e.dst, e.type, int(e.active), e.confidence,
+                 e.weight, int(e.dst_is_stub), digest),
+            )  # fmt: skip
+            touched.add(e.org)
+        for v in batch.vectors:
+            blob = np.asarray(v.vector, dtype=np.float32).tobytes()
+            # delete, then insert: the vector gets a new rowid and both show in the change log
+            db.execute("DELETE FROM vectors WHERE org = ? AND kind = ? AND key = ?", (require_org(v.org, "write"), v.kind, v.key))
+            db.execute("INSERT INTO vectors VALUES (?, ?, ?, ?, ?, ?)", (v.org, v.kind, v.key, v.parent, v.text_hash, blob))
+            touched.add(v.org)
 
     def _write_record(self, db: sqlite3.Connection, r: Record, digest: str) -> None:
         ids = r.identifiers

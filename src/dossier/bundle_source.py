@@ -1,0 +1,121 @@
+"""Where a load reads a bundle from: a JSON file (streamed one item at a time), a parsed mapping, or a
+:class:`~dossier.bundle.Bundle`. A load reads its source more than once (check, embed, write), holding
+one chunk of items at a time, so a bundle far larger than memory loads in bounded memory.
+
+A file is parsed incrementally (ijson): its top-level object's lists are read item by item, and the
+values of keys that are not item lists are skipped without being built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .bundle import ITEM_MODELS, Bundle
+from .errors import BundleError, Problem, UsageError
+
+#: one entry of a source: (top-level key, position in its list or None when the key holds no list, value)
+Entry = tuple[str, int | None, Any]
+
+
+class BundleSource:
+    """A bundle to read, again and again: ``entries()`` yields every item of every list in order."""
+
+    def __init__(self, source: str | Path | Mapping[str, Any] | Bundle) -> None:
+        self._source = source
+        #: items are already validated models (a Bundle), not raw JSON values
+        self.validated = isinstance(source, Bundle)
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            try:
+                with path.open("rb"):
+                    pass
+            except OSError as exc:
+                raise UsageError(f"cannot read bundle {source}: {exc.strerror or exc}") from exc
+        elif not isinstance(source, (Mapping, Bundle)):
+            raise BundleError([Problem("bundle", None, "must be a JSON object with lists such as 'records'")])
+
+    @property
+    def name(self) -> str:
+        return str(self._source) if isinstance(self._source, (str, Path)) else "bundle"
+
+    def entries(self) -> Iterator[Entry]:
+        source = self._source
+        if isinstance(source, Bundle):
+            for list_name in ITEM_MODELS:
+                yield from ((list_name, i, item) for i, item in enumerate(getattr(source, list_name)))
+        elif isinstance(source, Mapping):
+            for key, value in source.items():
+                if isinstance(value, list) and key in ITEM_MODELS:
+                    yield from ((key, i, item) for i, item in enumerate(value))
+                else:
+                    yield key, None, value
+        else:
+            yield from _file_entries(Path(source))
+
+
+def _file_entries(path: Path) -> Iterator[Entry]:
+    import ijson
+
+    try:
+        with path.open("rb") as f:
+            events = ijson.basic_parse(f, use_float=True)
+            first, _ = next(events, ("end", None))
+            positions: dict[str, int] = {}
+            if first != "start_map":
+                raise BundleError([Problem("bundle", None, "must be a JSON object with lists such as 'records'")])
+            for event, key in events:
+                if event == "end_map":
+                    for _ in events:  # anything after the object is an error, as json.load says
+                        pass
+                    return
+                event, value = next(events)
+                if key not in ITEM_MODELS:
+                    _skip(event, events)
+                    yield key, None, None  # the key is listed as ignored; its value is never built
+                elif event != "start_array":
+                    yield key, None, _build(event, value, events)
+                else:
+                    position = positions.get(key, 0)  # a key given twice goes on numbering its items
+                    for event, value in events:
+                        if event == "end_array":
+                            break
+                        yield key, position, _build(event, value, events)
+                        position += 1
+                    positions[key] = position
+    except ijson.JSONError as exc:
+        raise BundleError([Problem("bundle", None, f"{path} is not valid JSON: {exc}")]) from exc
+    except UnicodeDecodeError as exc:
+        raise BundleError([Problem("bundle", None, f"{path} is not valid JSON: {exc}")]) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read bundle {path}: {exc.strerror or exc}") from exc
+
+
+def _build(event: str, value: Any, events: Iterator[tuple[str, Any]]) -> Any:
+    from ijson.common import ObjectBuilder
+
+    builder = ObjectBuilder()
+    builder.event(event, value)
+    if event in ("start_map", "start_array"):
+        depth = 1
+        for event, value in events:
+            builder.event(event, value)
+            if event in ("start_map", "start_array"):
+                depth += 1
+            elif event in ("end_map", "end_array"):
+                depth -= 1
+                if depth == 0:
+                    break
+    return builder.value
+
+
+def _skip(event: str, events: Iterator[tuple[str, Any]]) -> None:
+    if event in ("start_map", "start_array"):
+        depth = 1
+        for event, _ in events:
+            if event in ("start_map", "start_array"):
+                depth += 1
+            elif event in ("end_map", "end_array"):
+                depth -= 1
+                if depth == 0:
+                    return
