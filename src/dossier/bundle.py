@@ -11,6 +11,7 @@ constants below, documented in docs/bundles.md).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import date, datetime, timezone
 from typing import Annotated, Any, Literal, Union
@@ -103,8 +104,19 @@ Label = Annotated[str, Field(max_length=LABEL_MAX)]
 Labels = Annotated[tuple[Label, ...], Field(max_length=LABELS_MAX)]
 
 
+def content_hash(item: BaseModel) -> str:
+    """What a store keeps of an item as loaded, to tell a changed item from one loaded again as it was: the
+    first 32 hex digits of the SHA-256 of its JSON (every field, normalised values included)."""
+    return hashlib.sha256(item.model_dump_json().encode()).hexdigest()[:32]
+
+
 class _Item(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @property
+    def content_hash(self) -> str:
+        """This item's :func:`content_hash`."""
+        return content_hash(self)
 
 
 class Org(_Item):

@@ -41,19 +41,17 @@ def group_by_org(batch: WriteBatch) -> dict[str, dict[str, list]]:
 
 def write_org(cur: psycopg.Cursor, org: str, g: dict[str, list]) -> None:
     """Upsert one org's part of a batch, in :class:`~dossier.stores.base.WriteBatch` order, on ``cur``'s transaction."""
-    from ..loading import content_hash
-
     if g["orgs"]:
         cur.executemany(
             "INSERT INTO orgs (id, name, hash) VALUES (%b, %b, %b) "
             "ON CONFLICT (id) DO UPDATE SET name = excluded.name, hash = excluded.hash",
-            [(o.id, o.name, content_hash(o)) for o in g["orgs"]],
+            [(o.id, o.name, o.content_hash) for o in g["orgs"]],
         )
     if g["callers"]:
         cur.executemany(
             "INSERT INTO callers VALUES (%b, %b, %b::text[], %b) "
             "ON CONFLICT (org, id) DO UPDATE SET roles = excluded.roles, hash = excluded.hash",
-            [(c.org, c.id, list(c.roles), content_hash(c)) for c in g["callers"]],
+            [(c.org, c.id, list(c.roles), c.content_hash) for c in g["callers"]],
         )
     if g["records"]:
         _write_records(cur, org, g["records"])
