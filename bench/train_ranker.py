@@ -39,7 +39,7 @@ from dossier.evaluation import adapter as adapter_fit
 from dossier.evaluation import external as ext
 from dossier.evaluation import fit
 from dossier.evaluation.dataset import load_dataset
-from dossier.layers.features import MEMORY_FEATURES, SECTION_FEATURES
+from dossier.pipeline.features import MEMORY_FEATURES, SECTION_FEATURES
 from dossier.layers.sections import Decision
 from dossier.layers.understand import split_question
 from dossier.loading import section_text

@@ -603,7 +603,7 @@ def _fit_rankers(data, orgs: list[str]) -> dict:  # type: ignore[no-untyped-def]
     import tempfile
 
     from .evaluation.fit import OrgFit, fit_org
-    from .layers.features import SECTION_FEATURES
+    from .pipeline.features import SECTION_FEATURES
     from .providers.ranker import RankerUnavailable, shipped
 
     try:

@@ -7,12 +7,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import numpy as np
+
 from .bundle import Bundle, Document
 from .errors import UsageError
 from .layers.model_steps import ModelAugmenter, ModelFilterInferrer, ModelSelector
 from .layers.sections import HeuristicSelector, Selector
 from .layers.synthesize import DeferredResults
 from .layers.understand import Augmenter, FilterInferrer, NoAugmenter, RuleFilterInferrer
+from .pipeline.steps import Steps
 from .loading import LoadReport, Progress, document_from_markdown, load_bundle
 from .providers.embeddings import CachedQueries, Embedder, embedder_from_spec
 from .providers.llm import ChatModel, llm_from_env, llm_from_spec
@@ -145,10 +148,21 @@ class Engine:
         as the result of ``call_id``, fetched with :meth:`result` like a deferred one."""
         self._deferred.adopt(call_id, pending, org=org, caller=caller)
 
-    def embed_query(self, text: str):  # type: ignore[no-untyped-def]
+    def embed_query(self, text: str) -> np.ndarray:
         self.embedder  # noqa: B018 - binds the store on first use
         assert self._queries is not None
         return self._queries(text)
+
+    def steps(self) -> Steps:
+        """What a call runs with, as this engine stands now: its store, models and pluggable steps (a
+        call never sees the engine itself). The embedding model and the service tables still open on
+        first use."""
+        return Steps(
+            store=self.store, embed_query=self.embed_query, embedder=lambda: self.embedder, fuse=self.fuse,
+            sources=self.sources, selector=self.selector, filter_inferrer=self.filter_inferrer,
+            augmenter=self.augmenter, llm=self.llm, reranker=self.reranker, background=self.background,
+            service_store=lambda: self.service_store, defer=self.defer, keep_late=self.keep_late,
+        )  # fmt: skip
 
     # -- loading -----------------------------------------------------------------------------------
     def load_bundle(self, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None) -> LoadReport:

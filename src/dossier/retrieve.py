@@ -1,7 +1,7 @@
 """The retrieve call: the layers, in order, over one context object.
 
 ``PIPELINE`` is data (as in sqlglot's optimizer): a tuple of plain functions, each reading and
-writing the :class:`~dossier.layers.context.Call`. Governance runs before selection so that nothing
+writing the :class:`~dossier.pipeline.call.Call`. Governance runs before selection so that nothing
 a caller may not see is ever selected, packed or shown to a model.
 """
 
@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from .deadline import within
 from .errors import InvalidRequest, NotFound
 from .layers.budget import pack
-from .layers.context import Call
 from .layers.govern import govern
 from .layers.plan import call_deadline, plan
 from .layers.recall import recall
@@ -23,15 +22,20 @@ from .layers.report import report
 from .layers.rerank import rerank
 from .layers.resolve import resolve
 from .layers.sections import select_sections
+from .layers.session import keep_session, restore_session
 from .layers.synthesize import synthesize
 from .layers.understand import understand
+from .pipeline.call import Call
 from .providers.llm import metered
 from .schema import RetrieveRequest, RetrieveResponse
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-PIPELINE = (plan, resolve, understand, recall, govern, rerank, select_sections, pack, synthesize, report)
+PIPELINE = (
+    restore_session, plan, resolve, understand, recall, govern, rerank, select_sections, pack, synthesize, keep_session,
+    report,
+)
 
 
 def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveRequest:
@@ -64,10 +68,11 @@ def retrieve(
     who = engine.store.get_caller(caller, org=org)
     if who is None:
         raise NotFound(f"unknown caller {caller!r} in org {org!r}")
-    call = Call(engine=engine, request=parsed, org=org, caller=who, settings=engine.settings_for(org), full_trace=full_trace)
+    steps = engine.steps()
+    call = Call(steps=steps, request=parsed, org=org, caller=who, settings=engine.settings_for(org), full_trace=full_trace)
     if call_id:  # the service names the call before it runs: it is charged up front under that id
         call.call_id = call_id
-    deadline = call_deadline(parsed, call.settings, model=getattr(engine, "llm", None) is not None,
+    deadline = call_deadline(parsed, call.settings, model=steps.llm is not None,
                              max_ms=max_deadline_ms, started=started)  # fmt: skip
     with metered(call.meter), within(deadline):  # every model request is counted on the call, and keeps to its deadline
         for layer in PIPELINE:

@@ -15,7 +15,7 @@ from dossier.bundle import Document
 from dossier.evaluation.dataset import load_dataset
 from dossier.evaluation.render import render_eval
 from dossier.evaluation.runner import run
-from dossier.layers.context import SectionCandidate
+from dossier.pipeline.call import SectionCandidate
 from dossier.layers.model_steps import ModelSelector
 from dossier.providers.llm import Meter, metered
 from dossier.providers.rerank import HttpReranker

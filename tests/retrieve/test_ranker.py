@@ -12,7 +12,7 @@ import pytest
 import dossier
 from dossier.evaluation.dataset import load_dataset
 from dossier.evaluation.fit import memory_example, prepared_call
-from dossier.layers.features import MEMORY_FEATURES, SECTION_FEATURES
+from dossier.pipeline.features import MEMORY_FEATURES, SECTION_FEATURES
 from dossier.layers.sections import section_rows
 from dossier.layers.understand import split_question
 from dossier.providers import ranker as rankers

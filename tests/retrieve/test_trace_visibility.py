@@ -229,9 +229,11 @@ UNSEEN = [  # (caller, id of a document that caller may not see, why)
 
 
 def _comparable(response: dossier.RetrieveResponse, *, rename: tuple[str, str]) -> str:
-    """The response as the caller reads it, but for its call id and session id, with one id renamed."""
+    """The response as the caller reads it, but for its call id, session id and timings, with one id renamed."""
     data = response.model_dump(mode="json", exclude={"call_id", "continuation"})
     data["route"].pop("session", None)
+    for timing in ("elapsed_ms", "layers", "steps"):  # how long each layer took differs from call to call
+        data["route"]["deadline"]["detail"].pop(timing, None)
     return str(data).replace(*rename)
 
 

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..layers.context import Call, SectionCandidate
-from ..layers.features import MEMORY_FEATURES, SECTION_FEATURES, memory_features
+from ..pipeline.call import Call, SectionCandidate
+from ..pipeline.features import MEMORY_FEATURES, SECTION_FEATURES, memory_features
 from ..layers.sections import Decision, section_rows
 from ..providers.ranker import FORMAT, LinearRanker, parse
 from ..retrieve import PIPELINE, parse_request
@@ -62,7 +62,7 @@ def prepared_call(engine: Any, request: Mapping[str, Any], *, org: str, caller: 
     who = engine.store.get_caller(caller, org=org)
     if who is None:
         raise UsageError(f"unknown caller {caller!r} in org {org!r}")
-    call = Call(engine=engine, request=parse_request(dict(request)), org=org, caller=who, settings=engine.settings_for(org))
+    call = Call(steps=engine.steps(), request=parse_request(dict(request)), org=org, caller=who, settings=engine.settings_for(org))
     for layer in PIPELINE:
         if layer.__name__ == "select_sections":
             break

@@ -1,4 +1,4 @@
-"""Layer 7, budget: one byte budget, shared by the sources, feeding the caller and any model alike.
+"""Layer 9, budget: one byte budget, shared by the sources, feeding the caller and any model alike.
 
 Sizes are UTF-8 bytes of each item's packed line (:func:`packed_text`), a tokenizer-free upper bound.
 Shares of sources with nothing to pack go to the others; after the first pass, bytes a source left
@@ -12,7 +12,7 @@ from typing import Any
 
 from ..bundle import property_display
 from ..schema import SOURCE_NAMES, EdgeItem, Route, ExternalItem, MemoryItem, PropertyItem, SectionItem, SourceName, item_key
-from .context import Call
+from ..pipeline.call import Call
 
 MIN_CUT_BYTES = 160  # below this, a cut item says too little to be worth its bytes
 ELLIPSIS = " …"

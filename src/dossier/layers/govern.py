@@ -10,25 +10,11 @@ gets names those items only (``layers/report.py``), whatever layer noted what.
 
 from __future__ import annotations
 
-from ..bundle import Document
+from typing import Any, Callable
+
 from ..schema import SOURCE_NAMES, SourceName, item_key
-from .context import Call
-
-
-def document_verdict(call: Call, document: Document | None) -> str | None:
-    """Why ``document`` must not be returned to this caller, or None when it may be."""
-    if document is None:
-        return "not_found"
-    if document.org != call.org:
-        return "other_org"
-    if document.is_system:
-        return "system_document"
-    roles = document.visible_to_roles
-    if roles is not None and not set(roles) & set(call.caller.roles):
-        return "not_visible"
-    if document.attached_record is not None and document.attached_record not in call.resolution.record_ids:
-        return "attached_to_other_record"
-    return None
+from ..pipeline.call import Call
+from ..pipeline.visibility import document_verdict
 
 
 def govern(call: Call) -> None:
@@ -44,26 +30,28 @@ def cleared(call: Call) -> set[tuple[str, str]]:
     of a document this caller may see (a later layer may pick a sibling section that was no candidate).
     External items are the registered adapters' answers to this caller, with nothing to re-check."""
     out = {("documents", s.id) for d in call.documents.values() for s in d.sections}
-    out.update(("documents", c.section_id) for c in call.sections)
-    for source in SOURCE_NAMES:  # an expand page's sections were re-governed by the session (session.py)
+    for source in SOURCE_NAMES:
         out.update((source, item_key(item)) for item in call.candidates[source])
     return out
 
 
 def _govern_documents(call: Call) -> None:
-    if not call.sections:
+    """Sections whose documents this caller may see, on fresh rows: what recall found (section
+    candidates) and an expand page alike (its section items, restored by layers/session.py)."""
+    items = call.candidates["documents"]
+    if not items:
         return
-    ids = sorted({c.document_id for c in call.sections})
+    ids = sorted({c.document_id for c in items})
     try:
         fresh = {d.id: d for d in call.store.get_documents(ids, org=call.org)}
     except Exception as exc:  # noqa: BLE001 - cannot decide: drop everything (fail closed)
-        for c in call.sections:
+        for c in items:
             call.note("documents", c.section_id, "govern", "dropped", "visibility_check_failed", c.score)
-        call.sections = []
+        call.candidates["documents"] = []
         call.fail("documents", f"visibility check failed: {type(exc).__name__}: {exc}")
         return
     kept = []
-    for c in call.sections:
+    for c in items:
         document = fresh.get(c.document_id)
         verdict = document_verdict(call, document)
         if verdict is None and document is not None and not any(s.id == c.section_id for s in document.sections):
@@ -72,7 +60,7 @@ def _govern_documents(call: Call) -> None:
             kept.append(c)
         else:
             call.note("documents", c.section_id, "govern", "dropped", verdict, c.score)
-    call.sections = kept
+    call.candidates["documents"] = kept
     call.documents = {i: d for i, d in fresh.items() if document_verdict(call, d) is None}
 
 
@@ -87,7 +75,7 @@ def _govern_memories(call: Call) -> None:
     call.candidates["memories"] = kept
 
 
-def _govern_records(call: Call, source: SourceName, owners) -> None:  # type: ignore[no-untyped-def]
+def _govern_records(call: Call, source: SourceName, owners: Callable[[Any], list[str]]) -> None:
     items = call.candidates[source]
     if not items:
         return

@@ -1,9 +1,9 @@
 """Model-backed steps behind the interfaces the heuristics already implement.
 
-* :class:`ModelFilterInferrer` (a :class:`~dossier.layers.understand.FilterInferrer`): doc types and
+* :class:`ModelFilterInferrer` (a :class:`~dossier.pipeline.steps.FilterInferrer`): doc types and
   tags with a confidence, chosen only from the org's own vocabulary;
-* :class:`ModelAugmenter` (an :class:`~dossier.layers.understand.Augmenter`): three rephrasings;
-* :class:`ModelSelector` (a :class:`~dossier.layers.sections.Selector`): at most three sections with
+* :class:`ModelAugmenter` (an :class:`~dossier.pipeline.steps.Augmenter`): three rephrasings;
+* :class:`ModelSelector` (a :class:`~dossier.pipeline.steps.Selector`): at most three sections with
   a 1-5 relevance, from a catalogue of the candidate documents and their sections.
 
 They run only in ``deep`` calls when a chat model is configured, and they only raise: the layers
@@ -27,9 +27,8 @@ from ..bundle import Document
 from ..deadline import run_step
 from ..providers.llm import ChatModel, Message
 from ..schema import Filters
-from .context import SectionCandidate
-from .sections import Pick
-from .understand import InferredFilters
+from ..pipeline.call import SectionCandidate
+from ..pipeline.steps import InferredFilters, Pick
 
 #: First line of each step's system prompt (stable; servers and tests can tell the steps apart).
 TITLES = {

@@ -1,4 +1,4 @@
-"""Layer 1, plan: which mode, which sources, which depth, and how the depth was downgraded; and the
+"""Layer 2, plan: which mode, which sources, which depth, and how the depth was downgraded; and the
 call's deadline (:func:`call_deadline`, chosen before the first layer runs)."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from ..deadline import Deadline
 from ..errors import InvalidRequest
 from ..schema import SOURCE_NAMES, Mode, RetrieveRequest, SourceName
 from ..settings import Settings
-from .context import Call, Plan
-from .session import restore
+from ..pipeline.call import Call, Plan
 
 MODE_SOURCES: dict[Mode, frozenset[SourceName]] = {
     "brief": frozenset({"properties", "memories", "documents", "graph"}),
@@ -52,12 +51,18 @@ def plan(call: Call) -> None:
         raise InvalidRequest("fetch mode needs a 'fetch' list of document ids", field="fetch")
     if mode == "filter" and (request.filters is None or request.filters.empty) and not request.message:
         raise InvalidRequest("filter mode needs 'filters' (doc_types or tags) or a message", field="filters")
-    if mode == "expand":
-        restore(call)  # layer 10: the next page of an earlier call's leftovers (layers/session.py)
+    if mode == "expand":  # the next page of an earlier call's leftovers, restored by restore_session
+        assert call.session is not None
+        call.plan = Plan(
+            mode="expand",
+            sources={s: False for s in SOURCE_NAMES},  # nothing is recalled: the page comes from the session
+            requested_depth=request.depth,
+            effective_depth=call.session.state.get("depth", request.depth),
+        )
         return
     requested = request.depth
     effective, fallback = requested, None
-    if requested == "deep" and getattr(call.engine, "llm", None) is None:
+    if requested == "deep" and call.steps.llm is None:
         effective, fallback = "standard", "no_model"
     call.plan = Plan(
         mode=mode,

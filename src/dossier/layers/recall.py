@@ -1,12 +1,12 @@
-"""Layer 4, recall: ask every planned source for candidates; a failing source is reported, not fatal."""
+"""Layer 5, recall: ask every planned source for candidates; a failing source is reported, not fatal."""
 
 from __future__ import annotations
 
 from typing import cast
 
 from ..schema import Route, SourceName, item_key
-from ..sources import Failed, Skipped
-from .context import Call
+from ..pipeline.call import Call
+from ..pipeline.steps import Failed, Skipped
 
 
 def recall(call: Call) -> None:
@@ -24,18 +24,17 @@ def _prefetch(call: Call) -> None:
     """Let planned sources start their store reads in the background (a failure here is not reported:
     the source then reads in the foreground, where a failure is)."""
     assert call.plan is not None
-    for source in call.engine.sources:
-        start = getattr(source, "prefetch", None)
-        if start is not None and call.plan.sources.get(source.name):  # type: ignore[call-overload]
+    for source in call.steps.sources:
+        if call.plan.sources.get(source.name):
             try:
-                start(call)
+                source.prefetch(call)
             except Exception:  # noqa: BLE001, S110 - the foreground read reports it
                 pass
 
 
 def _recall(call: Call) -> None:
     assert call.plan is not None
-    for source in call.engine.sources:
+    for source in call.steps.sources:
         # Engine.sources is a tuple of concrete classes whose ``name`` class attributes are inferred as plain
         # ``str``; each is one of the SourceName literals (the Source protocol says so).
         name = cast(SourceName, source.name)
@@ -44,13 +43,6 @@ def _recall(call: Call) -> None:
         if not call.plan.sources.get(name):
             route.detail["skipped"] = "not requested"
             continue
-        if name == "documents":
-            route.requested_depth = call.plan.requested_depth
-            route.effective_depth = call.plan.effective_depth
-            if call.plan.depth_fallback:
-                route.fallback_reason = call.plan.depth_fallback
-            if call.plan.deep_fallbacks:
-                route.detail["deep_fallbacks"] = dict(call.plan.deep_fallbacks)
         route.ran = True
         result.status = "empty"
         try:
@@ -62,14 +54,12 @@ def _recall(call: Call) -> None:
             continue
         except Failed:
             result.status = "error"
-            call.degraded = True
+            call.degrade(name, "failed")  # the source reported its failure with call.fail
             continue
         except Exception as exc:  # noqa: BLE001 - one source failing never sinks the call
             call.fail(name, exc)
             continue
-        if name == "documents":
-            call.sections = found
-        else:
-            call.candidates[name] = found
+        call.candidates[name] = found
+        if name != "documents":  # the documents source notes its candidates itself, with how each was found
             for item in found:
                 call.note(name, item_key(item), "recall", "kept", getattr(item, "tier", None), getattr(item, "score", None))

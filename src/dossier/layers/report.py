@@ -1,4 +1,4 @@
-"""Layer 9, report: statuses, ``partial``, routes, budget use and the trace, as one response.
+"""Layer 12, report: statuses, ``partial``, routes, budget use and the trace, as one response.
 
 The trace is filtered here, in one place: layers note every candidate they touch (recall notes items
 before governance has judged them), and the caller sees the decisions about items governance cleared
@@ -16,12 +16,13 @@ import re
 
 from ..deadline import current_deadline
 from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Route, Synthesis, TraceEntry, item_key
-from .context import Call
-from .session import keep
+from ..pipeline.call import Call
 
 
 def report(call: Call) -> None:
     assert call.plan is not None
+    _depth(call)
+    _page(call)
     for source in SOURCE_NAMES:
         result = call.results[source]
         if result.status in ("skipped", "error"):
@@ -34,20 +35,21 @@ def report(call: Call) -> None:
         if not res.tombstone:
             record.aliases = [a.id for a in res.aliases]
             record.merged_from = list(res.merged_from)
-    synthesis = call.synthesis  # layer 8 (layers/synthesize.py)
+    synthesis = call.synthesis  # layer 10 (layers/synthesize.py)
     if synthesis is None and call.request.synthesize:
         synthesis = Synthesis(error="synthesis needs a chat model: set DOSSIER_LLM=openai:<model>")
-    llm = getattr(call.engine, "llm", None)
+    llm = call.steps.llm
     if call.meter.calls or llm is not None:  # what the model steps of this call cost, per step
         call.route["model"] = Route(ran=bool(call.meter.calls), backend=getattr(llm, "name", None), detail=call.meter.summary())
-        models = (llm, getattr(call.engine, "reranker", None))
+        models = (llm, call.steps.reranker)
         circuits = {b.url: b.status() for b in (getattr(m, "breaker", None) for m in models) if b is not None}
         if circuits:
             call.route["model"].detail["circuit"] = circuits
     deadline = current_deadline()
     if deadline is not None:
         call.route["deadline"] = Route(ran=True, detail=deadline.report())
-    continuation = keep(call)  # layer 10: what did not fit waits in a session (layers/session.py)
+    if call.session is None and "session" in call.route:  # opened by keep_session: listed last, after the call's costs
+        call.route["session"] = call.route.pop("session")
     trace, withheld = caller_trace(call)
     call.response = RetrieveResponse(
         call_id=call.call_id,
@@ -63,10 +65,34 @@ def report(call: Call) -> None:
             dropped={s: call.results[s].dropped for s in SOURCE_NAMES},
         ),
         synthesis=synthesis,
-        continuation=continuation,
+        continuation=call.continuation,
         trace=trace,
         withheld=withheld,
     )
+
+
+def _depth(call: Call) -> None:
+    """The documents route's depth, from the plan and the model steps that fell back (``call.events``):
+    requested and effective depth, the first reason the depth was lowered (unless the documents source
+    or selector gave one of its own) and every fallback by step."""
+    plan, documents = call.planned, call.route.get("documents")
+    if documents is None or not plan.sources.get("documents"):
+        return
+    fallbacks = call.fallbacks
+    documents.requested_depth = plan.requested_depth
+    documents.effective_depth = call.effective_depth
+    documents.fallback_reason = documents.fallback_reason or plan.depth_fallback or (fallbacks[0].reason if fallbacks else None)
+    if fallbacks:
+        documents.detail["deep_fallbacks"] = {f.step: f.text for f in fallbacks}
+
+
+def _page(call: Call) -> None:
+    """An expand page's sources were served by the session, not by recall (which skipped them)."""
+    for source in call.session.page if call.session is not None else ():
+        route = call.route.get(source)
+        if route is not None:
+            route.ran, route.backend = True, "session"
+            route.detail.pop("skipped", None)
 
 
 _WORD = re.compile(r"[a-z_]+")

@@ -1,4 +1,4 @@
-"""Rerank (optional, ``deep`` only): a reranker reorders the fused document candidates.
+"""Layer 7, rerank (optional, ``deep`` only): a reranker reorders the fused document candidates.
 
 It runs after fusion and after governance, so no section the caller may not see is sent to a rerank
 endpoint (and personal data is masked before texts leave the process). It reranks the best
@@ -12,13 +12,13 @@ fails, or has not answered by the rerank step's end time under the call's deadli
 from __future__ import annotations
 
 from ..deadline import run_step
-from .context import Call
+from ..pipeline.call import Call
 
 MAX_TEXT_CHARS = 2000  # cross-encoders read ~512 tokens; a longer text only costs bandwidth
 
 
 def rerank(call: Call) -> None:
-    reranker = getattr(call.engine, "reranker", None)
+    reranker = call.steps.reranker
     plan = call.plan
     if reranker is None or not call.sections or plan is None or not plan.model_steps:
         return
@@ -48,7 +48,7 @@ def rerank(call: Call) -> None:
     for c, score in zip(top, scores):
         c.rerank = float(score)
     reranked = {c.section_id for c in top}
-    call.sections = sorted(top, key=lambda c: (-(c.rerank or 0.0), c.section_id)) + [
+    call.candidates["documents"] = sorted(top, key=lambda c: (-(c.rerank or 0.0), c.section_id)) + [
         c for c in call.sections if c.section_id not in reranked
     ]
     route.detail["rerank"], route.detail["reranked"] = reranker.name, len(top)

@@ -1,11 +1,13 @@
-"""Layer 2, resolve: find the record, follow merges, tombstone deletions, add same-domain aliases."""
+"""Layer 3, resolve: find the record, follow merges, tombstone deletions, add same-domain aliases."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from ..bundle import Record
-from ..identifiers import email_domain
+from ..identifiers import IdentifierKind, email_domain
 from ..schema import Route
-from .context import Call, Resolution
+from ..pipeline.call import Call, Resolution
 
 MAX_MERGE_CHAIN = 20
 IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "contact", "website": "company"}
@@ -22,7 +24,7 @@ def resolve(call: Call) -> None:
     if kind == "id":
         found = store.get_records([value], org=org)
     else:
-        found = store.find_records(kind, value, org=org)  # type: ignore[arg-type]
+        found = store.find_records(cast(IdentifierKind, kind), value, org=org)  # the request validated it
         expected = IDENTIFIER_KIND[kind]
         found = sorted(found, key=lambda r: (r.kind != expected, r.merged_into is not None, r.id))
     if not found:
@@ -40,7 +42,7 @@ def resolve(call: Call) -> None:
     except Exception as exc:  # noqa: BLE001 - a failed alias lookup is reported, not fatal
         route.fallback_reason = "alias_error"
         route.detail["alias_error"] = f"{type(exc).__name__}: {exc}"
-        call.degraded = True
+        call.degrade("resolve", route.detail["alias_error"])
     call.resolution = resolution
 
 

@@ -1,7 +1,7 @@
-"""Layer 5, select sections: cut out the part of a document that answers, not the whole document.
+"""Layer 8, select sections: cut out the part of a document that answers, not the whole document.
 
 With the learned section ranker (:mod:`dossier.providers.ranker`, the default) every governed candidate
-gets a probability of answering from the evidence it was found with (:mod:`dossier.layers.features`:
+gets a probability of answering from the evidence it was found with (:mod:`dossier.pipeline.features`:
 cosine, BM25 of text and headings, fused rank, its document's other sections, the record's context,
 length and position), and :class:`Decision` chooses on that probability, with thresholds stored in
 the model and measured on its training questions:
@@ -33,31 +33,22 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Literal
 
 import numpy as np
 
 from ..bundle import Document, Section
 from ..providers import ranker as rankers
+from ..providers.pii import Masker
 from ..providers.ranker import LinearRanker, RankerUnavailable
 from ..schema import SectionItem
 from ..stores.fulltext import terms
-from .context import Call, SectionCandidate
-from .features import SECTION_FEATURES, context_words, section_features
+from ..pipeline.call import Call, SectionCandidate
+from ..pipeline.features import SECTION_FEATURES, context_words, section_features
+from ..pipeline.steps import Pick, Selector, uses_model
 
 
-@dataclass(frozen=True)
-class Pick:
-    section_id: str
-    relevance: int  # 1-5
-
-
-class Selector(Protocol):
-    """Picks the sections that answer ``question`` among governed candidates (best first)."""
-
-    name: str
-
-    def select(self, question: str, candidates: list[SectionCandidate], documents: dict[str, Document]) -> list[Pick]: ...
+Confidence = Literal["high", "low", "supplementary"]
 
 
 @dataclass
@@ -89,7 +80,7 @@ def _section(documents: dict[str, Document], c: SectionCandidate) -> Section | N
 
 def select_sections(call: Call) -> None:
     candidates = call.sections
-    if not candidates:
+    if not candidates or call.planned.mode == "expand":  # an expand page was selected by the call that opened it
         return
     route = call.route["documents"]
     whole = bool(call.plan and (call.plan.mode == "fetch" or (call.plan.mode == "filter" and not call.message)))
@@ -120,7 +111,7 @@ def _ranker(call: Call, *, whole: bool) -> LinearRanker | None:
     if any(c.rerank is not None for c in call.sections):
         route.detail["ranker"] = "reranker"
         return None
-    if not whole and call.plan and call.plan.model_steps and getattr(call.engine.selector, "uses_model", False):
+    if not whole and call.plan and call.plan.model_steps and uses_model(call.steps.selector):
         route.detail["ranker"] = "model selector"
         return None
     try:
@@ -161,13 +152,13 @@ class Decision:
     def choose(
         self, ranked: list[tuple[SectionCandidate, float]], *, max_picks: int, max_supplementary: int,
         sibling: Callable[[SectionCandidate, float], tuple[SectionCandidate, float] | None] = lambda c, p: None,
-    ) -> tuple[list[tuple[SectionCandidate, str, float]], str]:  # fmt: skip
+    ) -> tuple[list[tuple[SectionCandidate, Confidence, float]], str]:  # fmt: skip
         """(chosen candidates with confidence and probability, how they were chosen)."""
         if not ranked:
             return [], "none"
         top = ranked[0][1]
         second = ranked[1][1] if len(ranked) > 1 else 0.0
-        chosen: list[tuple[SectionCandidate, str, float]] = []
+        chosen: list[tuple[SectionCandidate, Confidence, float]] = []
         if top >= self.clear_winner and top - second >= self.clear_margin:
             how, picks = "clear_winner", [ranked[0]]
         else:
@@ -188,7 +179,7 @@ class Decision:
         return chosen, how
 
 
-def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: LinearRanker) -> list[tuple[SectionCandidate, str, float | None]]:
+def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: LinearRanker) -> list[tuple[SectionCandidate, Confidence, float | None]]:
     route, settings = call.route["documents"], call.settings
     rows = section_rows(call, candidates)
     probabilities = ranker.probabilities(rows)
@@ -219,7 +210,8 @@ def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: Linea
     return [(c, confidence, p) for c, confidence, p in chosen]
 
 
-def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCandidate], score, floor: float) -> SectionCandidate | None:  # type: ignore[no-untyped-def]
+def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCandidate],
+                score: Callable[[SectionCandidate], float], floor: float) -> SectionCandidate | None:  # fmt: skip
     """A more specific sibling document's section to answer instead of ``pick`` (its title ends with the
     pick's document title and is longer; what makes it more specific is named by the question or the
     record; its best candidate scores at least ``floor``): the section with the same heading, else its best."""
@@ -243,7 +235,7 @@ def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCand
     return None
 
 
-def _select_heuristic(call: Call, candidates: list[SectionCandidate]) -> list[tuple[SectionCandidate, str]]:
+def _select_heuristic(call: Call, candidates: list[SectionCandidate]) -> list[tuple[SectionCandidate, Confidence]]:
     """Selection without the learned ranker: cosine thresholds and the selector (heuristic or model)."""
     route = call.route["documents"]
     t, settings = call.settings.thresholds, call.settings
@@ -251,7 +243,7 @@ def _select_heuristic(call: Call, candidates: list[SectionCandidate]) -> list[tu
     lexical_only = [c for c in candidates if c.lexical_only]
     gap = ranked[0].score - (ranked[1].score if len(ranked) > 1 else 0.0)
     route.detail["lexical_only"] = len(lexical_only)
-    chosen: list[tuple[SectionCandidate, str]] = []
+    chosen: list[tuple[SectionCandidate, Confidence]] = []
     if not lexical_only and ranked[0].score >= t.clear_winner and gap >= t.clear_winner_margin:
         route.detail["selector"] = "clear_winner"
         chosen = _prefer_siblings(call, [(ranked[0], "high")], candidates)
@@ -286,10 +278,10 @@ def _run_selector(call: Call, candidates: list[SectionCandidate]) -> tuple[list[
     plan allows model steps; it sees the masked question; if it fails, or names only sections that do
     not exist, the heuristic picks instead and the route says why."""
     route = call.route["documents"]
-    selector: Selector = call.engine.selector
+    selector: Selector = call.steps.selector
     t = call.settings.thresholds
     heuristic = HeuristicSelector(floor=t.selector_floor, lexical_weight=t.lexical_weight)
-    model = bool(getattr(selector, "uses_model", False))
+    model = uses_model(selector)
     if call.plan and not call.plan.model_steps:
         selector, model = heuristic, False
     route.detail["selector"] = selector.name
@@ -317,7 +309,7 @@ def _run_selector(call: Call, candidates: list[SectionCandidate]) -> tuple[list[
         return heuristic.select(call.message, ordered, call.documents), by_id
 
 
-def _masked(document: Document, masker) -> Document:  # type: ignore[no-untyped-def]
+def _masked(document: Document, masker: Masker) -> Document:
     """``document`` with personal data masked in its title, headings and texts (ids stay)."""
     sections = tuple(s.model_copy(update={"heading": masker.mask(s.heading), "text": masker.mask(s.text)})
                      for s in document.sections)  # fmt: skip
@@ -358,14 +350,14 @@ def _scored(call: Call, section_id: str, document_id: str) -> SectionCandidate:
 
 
 def _prefer_siblings(
-    call: Call, chosen: list[tuple[SectionCandidate, str]], candidates: list[SectionCandidate]
-) -> list[tuple[SectionCandidate, str]]:
+    call: Call, chosen: list[tuple[SectionCandidate, Confidence]], candidates: list[SectionCandidate]
+) -> list[tuple[SectionCandidate, Confidence]]:
     ratio = call.settings.thresholds.sibling_ratio
     best_of: dict[str, SectionCandidate] = {}
     for c in candidates:
         if c.document_id not in best_of or c.score > best_of[c.document_id].score:
             best_of[c.document_id] = c
-    out: list[tuple[SectionCandidate, str]] = []
+    out: list[tuple[SectionCandidate, Confidence]] = []
     for pick, confidence in chosen:
         document = call.documents.get(pick.document_id)
         replacement = pick
@@ -409,11 +401,11 @@ def _same_section(
     return known or SectionCandidate(section_id=match.id, document_id=sibling.id, score=score)
 
 
-def _item(call: Call, c: SectionCandidate, confidence: str, probability: float | None = None) -> SectionItem:
+def _item(call: Call, c: SectionCandidate, confidence: Confidence, probability: float | None = None) -> SectionItem:
     document = call.documents[c.document_id]
     section = next(s for s in document.sections if s.id == c.section_id)
     return SectionItem(
         document_id=document.id, section_id=section.id, title=document.title, heading=section.heading,
-        text=section.text, score=round(c.score, 4) if c.score else None, confidence=confidence,  # type: ignore[arg-type]
+        text=section.text, score=round(c.score, 4) if c.score else None, confidence=confidence,
         relevance=None if probability is None else rankers.relevance(float(probability)),
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Layer 10, sessions: page through what a call could not fit (``expand`` mode).
+"""Layers 1 and 11, sessions: page through what a call could not fit (``expand`` mode).
 
 A brief, scout, fetch or filter call whose items did not all fit its budget (``dropped > 0``) opens a
 session: the items left over, how many were returned and who the call was about, kept in the service
@@ -10,10 +10,13 @@ returned, and the session is gone).
 A session belongs to its org: another org's id reads exactly like an unknown one (nothing tells it exists). It
 expires after ``Settings.service.session_idle_seconds`` (1 hour) unused. Every page is governed again
 against fresh rows and the expanding caller's roles: a record deleted since the first page, or a document
-whose roles changed, is not returned. An explicit ``sources: {x: false}`` keeps that source's items
-out of this page (they stay in the session).
+whose roles changed, is not returned: the page goes into the same candidate slots as recall's, and
+the one governance layer (layers/govern.py) judges it. An explicit ``sources: {x: false}`` keeps that
+source's items out of this page (they stay in the session).
 
-Hooks: :func:`restore` runs in ``plan`` for expand calls; :func:`keep` runs at the end of ``report``.
+Two steps of ``PIPELINE`` (dossier.retrieve): :func:`restore_session` runs first (an expand call's page
+and record; ``plan`` then plans the page from ``call.session``), :func:`keep_session` after synthesis,
+before ``report`` (which returns ``call.continuation``).
 """
 
 from __future__ import annotations
@@ -28,18 +31,20 @@ from pydantic import TypeAdapter
 from ..errors import InvalidRequest
 from ..schema import SOURCE_NAMES, Item, Route, SourceName, item_key
 from ..stores.service_base import Session
-from .context import Call, Plan, Resolution
-from .govern import document_verdict
+from ..pipeline.call import Call, Resolution, Restored
+from .plan import infer_mode
 
 _ITEM: TypeAdapter[Any] = TypeAdapter(Item)
-_STATE = "_dossier_session"  # attribute of the Call carrying the restored session to ``keep``
 
 
-def restore(call: Call) -> None:
-    """Plan an expand call: load its session, re-resolve and re-govern what is left, set the page."""
+def restore_session(call: Call) -> None:
+    """An expand call: load its session, re-resolve who it was about, and put what is left into the
+    candidate slots (governance judges it again). Other calls: nothing."""
     request = call.request
+    if infer_mode(request) != "expand":
+        return
     sid = request.continuation or ""
-    session = call.engine.service_store.get_session(sid) if sid else None
+    session = call.steps.service_store().get_session(sid) if sid else None
     if session is not None and session.org != call.org:
         session = None  # another org's continuation reads exactly like an unknown one
     now = time.time()
@@ -54,40 +59,31 @@ def restore(call: Call) -> None:
         page[source] = [_ITEM.validate_python(item) for item in items]
     if call.resolution.tombstone:
         page = {}  # a tombstone carries nothing, and nothing attached to it anywhere
-    if "documents" in page:
-        page["documents"] = _visible_sections(call, page["documents"])
     for source, items in page.items():
         call.candidates[source] = items
         if call.results[source].status == "skipped":
             call.results[source].status = "empty"
-    call.plan = Plan(
-        mode="expand",
-        sources={s: False for s in SOURCE_NAMES},  # nothing is recalled: the page comes from the session
-        requested_depth=request.depth,
-        effective_depth=state.get("depth", request.depth),
-    )
     call.route["session"] = Route(
         ran=True, backend="session",
         detail={"opened_by": session.call_id, "page": state["page"] + 1, "returned_before": state["returned"]},
     )  # fmt: skip
-    setattr(call, _STATE, (session, state, set(page)))
+    call.session = Restored(session=session, state=state, page=frozenset(page))
 
 
-def keep(call: Call) -> str | None:
-    """Open (or advance) the session of this call; the continuation id, or None when nothing is left."""
+def keep_session(call: Call) -> None:
+    """Open (or advance) this call's session when anything is left over: ``call.continuation``."""
+    call.continuation = _keep(call)
+
+
+def _keep(call: Call) -> str | None:
+    """The continuation id, or None when nothing is left."""
     assert call.plan is not None
-    restored = getattr(call, _STATE, None)
-    if call.plan.mode == "expand":
-        for source in restored[2] if restored else ():
-            route = call.route.get(source)
-            if route is not None:  # the page came from the session, not from recall
-                route.ran, route.backend = True, "session"
-                route.detail.pop("skipped", None)
-    elif not any(call.results[s].dropped for s in SOURCE_NAMES):
+    restored = call.session
+    if call.plan.mode != "expand" and not any(call.results[s].dropped for s in SOURCE_NAMES):
         return None
     left: dict[str, list[Any]] = {}
     if restored is not None and not call.resolution.tombstone:  # sources this page left out wait on
-        left = {s: items for s, items in restored[1]["remaining"].items() if s not in restored[2]}
+        left = {s: items for s, items in restored.state["remaining"].items() if s not in restored.page}
     for source in SOURCE_NAMES:
         packed = {item_key(item) for item in call.results[source].items}
         rest = [item.model_dump(mode="json") for item in call.candidates[source] if item_key(item) not in packed]
@@ -99,15 +95,15 @@ def keep(call: Call) -> str | None:
         route = call.route.setdefault("session", Route())
         route.fallback_reason = "session_error"
         route.detail["session_error"] = f"{type(exc).__name__}: {exc}"
-        call.degraded = True
+        call.degrade("session", route.detail["session_error"])
         return None
 
 
-def _save(call: Call, restored: tuple[Session, dict, set] | None, left: dict[str, list[Any]]) -> str | None:
-    store = call.engine.service_store
+def _save(call: Call, restored: Restored | None, left: dict[str, list[Any]]) -> str | None:
+    store = call.steps.service_store()
     returned = sum(len(call.results[s].items) for s in SOURCE_NAMES)
     if restored is not None:
-        session, state = restored[0], restored[1]
+        session, state = restored.session, restored.state
         if not left:
             store.delete_session(session.id, org=call.org)
             return None
@@ -118,7 +114,7 @@ def _save(call: Call, restored: tuple[Session, dict, set] | None, left: dict[str
         sid, opened_by, created = secrets.token_urlsafe(18), call.call_id, time.time()
         state = {
             "mode": call.plan.mode if call.plan else None,
-            "depth": call.plan.effective_depth if call.plan else None,
+            "depth": call.effective_depth if call.plan else None,
             "record": None if res.record is None else res.record.id,
             "merged_from": list(res.merged_from),
             "aliases": [a.id for a in res.aliases],
@@ -149,24 +145,3 @@ def _resolution(call: Call, state: dict) -> Resolution:
     aliases = [fresh[a] for a in state.get("aliases", []) if a in fresh and not fresh[a].pending_deletion]
     merged = [m for m in state.get("merged_from", []) if m in fresh]
     return Resolution(record=record, aliases=aliases, merged_from=merged)
-
-
-def _visible_sections(call: Call, items: list[Any]) -> list[Any]:
-    """Sections whose documents this caller may still see (fresh rows; fail closed)."""
-    ids = sorted({item.document_id for item in items})
-    try:
-        fresh = {d.id: d for d in call.store.get_documents(ids, org=call.org)}
-    except Exception as exc:  # noqa: BLE001 - cannot decide: drop everything
-        call.fail("documents", f"visibility check failed: {type(exc).__name__}: {exc}")
-        return []
-    kept = []
-    for item in items:
-        document = fresh.get(item.document_id)
-        verdict = document_verdict(call, document)
-        if verdict is None and document is not None and not any(s.id == item.section_id for s in document.sections):
-            verdict = "not_found"
-        if verdict is None:
-            kept.append(item)
-        else:
-            call.note("documents", item.section_id, "govern", "dropped", verdict, item.score)
-    return kept

@@ -1,4 +1,4 @@
-"""Layer 8, synthesize (opt-in): an answer drawn only from the packed context, with citations.
+"""Layer 10, synthesize (opt-in): an answer drawn only from the packed context, with citations.
 
 The model sees exactly the items the caller gets, in the same order and as the same lines
 (:func:`~dossier.layers.budget.packed_text`; one budget feeds both), each behind a label: ``[P#]``
@@ -36,7 +36,7 @@ from ..providers.llm import ChatModel, Message, Meter, metered
 from ..providers.pii import Masker
 from ..schema import SOURCE_NAMES, PropertyItem, Route, SourceName, SourceResult, Synthesis, item_key
 from .budget import packed_text
-from .context import Call
+from ..pipeline.call import Call
 from .model_steps import TITLES
 
 LABELS: dict[SourceName, str] = {"properties": "P", "memories": "M", "documents": "D", "graph": "G", "external": "X"}
@@ -132,7 +132,7 @@ class SynthesisJob:
 def synthesize(call: Call) -> None:
     if not call.request.synthesize:
         return
-    llm = getattr(call.engine, "llm", None)
+    llm = call.steps.llm
     route = Route(ran=llm is not None, backend=getattr(llm, "name", None))
     call.route["synthesize"] = route
     if llm is None:
@@ -145,7 +145,7 @@ def synthesize(call: Call) -> None:
     job = SynthesisJob.of(call, llm)
     route.detail.update(items=len(job.labels), deferred=call.request.deferred)
     if call.request.deferred:
-        call.engine.defer(call.call_id, job.run, org=call.org, caller=call.caller.id)
+        call.steps.defer(call.call_id, job.run, org=call.org, caller=call.caller.id)
         call.synthesis = Synthesis(pending=True)
         return
     deadline = current_deadline()
@@ -181,7 +181,7 @@ def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis
         job.timed_out = True
         if not pending.ran:  # never started: no time was left
             return Synthesis(answer=None, error=f"synthesis timed out: {exc}")
-        call.engine.keep_late(call.call_id, pending, org=call.org, caller=call.caller.id)
+        call.steps.keep_late(call.call_id, pending, org=call.org, caller=call.caller.id)
         return Synthesis(answer=None, pending=True, error=(
             f"synthesis timed out: no answer by the call's deadline ({deadline.ms} ms); it goes on in the "
             "background, and its answer can be fetched with the call_id like a deferred one"))  # fmt: skip

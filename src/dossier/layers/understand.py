@@ -1,4 +1,4 @@
-"""Layer 3, understand: a keyword intent, inferred filters (only when trusted), and the document query.
+"""Layer 4, understand: a keyword intent, inferred filters (only when trusted), and the document query.
 
 Model-backed variants plug in through two interfaces: a :class:`FilterInferrer` and an
 :class:`Augmenter` (see :mod:`dossier.layers.model_steps`). The heuristics here never call a model. A
@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from ..deadline import start_step
+from ..pipeline.visibility import document_verdict
 from ..schema import Filters, Route
-from .context import Call
+from ..pipeline.call import Call
+from ..pipeline.steps import Augmenter, FilterInferrer, InferredFilters, uses_model
 
 INTENTS: dict[str, tuple[str, ...]] = {
     "pricing": ("price", "pricing", "discount", "quote", "cost", "seat", "plan", "prepay", "list price", "vat"),
@@ -38,23 +40,6 @@ def classify_intent(message: str) -> str:
     scores = {intent: sum(text.count(k) for k in keys) for intent, keys in INTENTS.items()}
     best = max(scores, key=lambda k: scores[k])
     return best if scores[best] else "general"
-
-
-@dataclass
-class InferredFilters:
-    filters: Filters
-    confidence: float
-    reason: str = ""
-    backend: str = "rules"
-
-
-class FilterInferrer(Protocol):
-    """Guess doc types / tags from a question, with a confidence in [0, 1]. ``vocabulary`` holds the
-    doc types and tags of the documents this caller may see (only model-backed inferrers ask for it)."""
-
-    name: str
-
-    def infer(self, message: str, *, vocabulary: Filters | None = None) -> InferredFilters | None: ...
 
 
 _EXPLICIT = re.compile(r"\b(doc_type|type|tag):([\w-]+)", re.IGNORECASE)
@@ -85,14 +70,6 @@ class RuleFilterInferrer:
         if types:
             return InferredFilters(Filters(doc_types=types), 0.5, "document type word in the question")
         return None
-
-
-class Augmenter(Protocol):
-    """Rephrase a question from other angles to widen the document query."""
-
-    name: str
-
-    def rephrase(self, message: str) -> list[str]: ...
 
 
 @dataclass
@@ -132,7 +109,7 @@ def understand(call: Call) -> None:
         u.rephrasings, route.detail["augmentation"] = list(request.augmentation), "caller"
     elif call.message and call.plan and call.plan.model_steps:
         u.rephrasings = _rephrase(call, ahead.get("rephrase"))
-    if any(uses_model(step) for step in (call.engine.filter_inferrer, call.engine.augmenter)) and call.plan:
+    if any(uses_model(step) for step in (call.steps.filter_inferrer, call.steps.augmenter)) and call.plan:
         route.backend = "model" if call.plan.model_steps else "rules"
     query = _EXPLICIT.sub(" ", call.message).strip()
     documents_part, memories_part = split_question(query)
@@ -177,26 +154,22 @@ def split_question(message: str) -> tuple[str, str]:
     return "; ".join(rules) + "?", "; ".join(customer) + "?"
 
 
-def uses_model(step: object) -> bool:
-    return bool(getattr(step, "uses_model", False))
-
-
 def _start_model_steps(call: Call) -> dict[str, Callable[[], Any]]:
     """Start the model steps this call will ask for (filter inference, rephrasings) at the same time;
     step -> a function giving its result (or raising its error). Empty when no model step runs."""
-    request, engine = call.request, call.engine
+    request, steps = call.request, call.steps
     if not (call.message and call.plan and call.plan.model_steps):
         return {}
     wants_filters = (request.filters is None or request.filters.empty) and request.infer_filters
-    wants_filters = wants_filters and uses_model(engine.filter_inferrer)
-    wants_rephrase = not request.augmentation and uses_model(engine.augmenter)
+    wants_filters = wants_filters and uses_model(steps.filter_inferrer)
+    wants_rephrase = not request.augmentation and uses_model(steps.augmenter)
     masked = call.masker().mask(call.message)
     ahead: dict[str, Callable[[], Any]] = {}
     if wants_rephrase:
-        augmenter = engine.augmenter
+        augmenter = steps.augmenter
         ahead["rephrase"] = start_step("rephrase", lambda: augmenter.rephrase(masked)).result
     if wants_filters:
-        inferrer = engine.filter_inferrer
+        inferrer = steps.filter_inferrer
         try:
             vocabulary = _vocabulary(call)  # a store read: on this thread, while the rephrasings are asked for
         except Exception as exc:  # noqa: BLE001 - reported as the filters step's failure
@@ -217,7 +190,7 @@ def _raising(error: Exception) -> Callable[[], Any]:
 
 
 def _infer_filters(call: Call, ahead: Callable[[], Any] | None = None) -> InferredFilters | None:
-    inferrer = call.engine.filter_inferrer
+    inferrer = call.steps.filter_inferrer
     rules = RuleFilterInferrer()
     if not uses_model(inferrer):
         return inferrer.infer(call.message)
@@ -230,7 +203,7 @@ def _infer_filters(call: Call, ahead: Callable[[], Any] | None = None) -> Inferr
         else:
             inferred = inferrer.infer(masker.mask(call.message), vocabulary=_vocabulary(call))
     except Exception as exc:  # noqa: BLE001 - the rule-based inferrer answers instead
-        call.step_failed("filters", exc, fallback=rules.name)
+        _fell_back(call, "filters", exc, rules.name)
         return rules.infer(call.message)
     if inferred is not None:
         inferred.reason = masker.unmask(inferred.reason)
@@ -239,15 +212,13 @@ def _infer_filters(call: Call, ahead: Callable[[], Any] | None = None) -> Inferr
 
 def _vocabulary(call: Call) -> Filters:
     """Doc types and tags of the org-wide documents this caller may see (the model picks among them)."""
-    from .govern import document_verdict
-
     documents = call.store.find_documents(org=call.org, limit=1000)
     visible = [d for d in documents if document_verdict(call, d) is None]
     return Filters(doc_types=sorted({d.doc_type for d in visible}), tags=sorted({t for d in visible for t in d.tags}))
 
 
 def _rephrase(call: Call, ahead: Callable[[], Any] | None = None) -> list[str]:
-    augmenter = call.engine.augmenter
+    augmenter = call.steps.augmenter
     route = call.route["understand"]
     if not uses_model(augmenter):
         route.detail["augmentation"] = augmenter.name
@@ -259,9 +230,15 @@ def _rephrase(call: Call, ahead: Callable[[], Any] | None = None) -> list[str]:
         asked = ahead() if ahead is not None else augmenter.rephrase(masker.mask(call.message))
         rephrasings = [masker.unmask(r) for r in asked]
     except Exception as exc:  # noqa: BLE001 - the question alone is searched
-        call.step_failed("rephrase", exc, fallback="no rephrasings")
+        _fell_back(call, "rephrase", exc, "no rephrasings")
         route.detail["augmentation"] = "none"
         return []
     route.detail["augmentation"] = augmenter.name
     route.detail["rephrasings"] = rephrasings
     return rephrasings
+
+
+def _fell_back(call: Call, step: str, error: Exception, fallback: str) -> None:
+    """A model step of this layer failed: the call records it, and this layer's route says so too."""
+    event = call.step_failed(step, error, fallback=fallback)
+    call.route["understand"].detail.setdefault("deep_fallbacks", {})[step] = event.text

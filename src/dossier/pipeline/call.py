@@ -1,11 +1,16 @@
-"""The one context object that flows through the layers of a retrieve call."""
+"""The one context object that flows through the layers of a retrieve call, and its typed parts.
+
+:class:`Call` holds the request, who asks, the settings, the pluggable steps the call runs with
+(:class:`~dossier.pipeline.steps.Steps`: the store, the models, the selector ...) and what each layer
+wrote so far. It never holds the engine.
+"""
 
 from __future__ import annotations
 
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Literal, cast
 
 import numpy as np
 
@@ -28,20 +33,22 @@ from ..schema import (
 )
 from ..settings import Settings
 from ..stores.base import Store
+from ..stores.service_base import Session
+from .events import Degraded, Event, Fallback
+from .steps import Steps
 
-if TYPE_CHECKING:
-    from ..engine import Engine
 
-
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """What ``plan`` decided; frozen: a model step that later falls back records a
+    :class:`~dossier.pipeline.events.Fallback` instead (``Call.effective_depth``)."""
+
     mode: Mode
     sources: dict[SourceName, bool]
     requested_depth: Depth
     effective_depth: Depth
-    depth_fallback: str | None = None
+    depth_fallback: str | None = None  # why the plan itself lowered the depth ("no_model")
     model_steps: bool = False  # deep with a model configured: the model-backed steps run
-    deep_fallbacks: dict[str, str] = field(default_factory=dict)  # step -> "deep_timeout: rules", ...
 
 
 @dataclass
@@ -84,15 +91,29 @@ class SectionCandidate:
     adapted: float | None = None  # cosine of the adapted query (providers/adapter.py), when an adapter ran
 
     @property
+    def id(self) -> str:
+        """The id the candidate is known by in traces (``schema.item_key``): its section's."""
+        return self.section_id
+
+    @property
     def lexical_only(self) -> bool:
         return self.vector_rank is None and self.text_rank is not None
+
+
+@dataclass(frozen=True)
+class Restored:
+    """An expand call's session, as ``restore_session`` found it (layers/session.py)."""
+
+    session: Session
+    state: dict[str, Any]  # remaining items per source, returned so far, page, who the call was about
+    page: frozenset[SourceName]  # the sources whose items this page came from
 
 
 @dataclass
 class Call:
     """Everything one retrieve call knows; each layer reads what earlier layers wrote."""
 
-    engine: "Engine"
+    steps: Steps
     request: RetrieveRequest
     org: str
     caller: Caller
@@ -101,19 +122,22 @@ class Call:
     plan: Plan | None = None
     resolution: Resolution = field(default_factory=Resolution)
     understanding: Understanding = field(default_factory=Understanding)
-    # per source: candidate items before packing (pydantic item models), results, routes
+    # per source: candidates before packing, results, routes. One slot per source: documents hold
+    # SectionCandidates from recall until section selection turns them into SectionItems (an expand
+    # page restores SectionItems), every other source its pydantic items
     candidates: dict[SourceName, list[Any]] = field(default_factory=lambda: {s: [] for s in SOURCE_NAMES})
     results: dict[SourceName, SourceResult] = field(default_factory=lambda: {s: SourceResult() for s in SOURCE_NAMES})
     route: dict[str, Route] = field(default_factory=dict)
-    sections: list[SectionCandidate] = field(default_factory=list)
     documents: dict[str, Document] = field(default_factory=dict)
     trace: list[TraceEntry] = field(default_factory=list)  # every decision; report shows the caller only its own
     full_trace: bool = False  # in-process only (dossier eval): the trace keeps what the caller may not see
     cleared: set[tuple[str, str]] = field(default_factory=set)  # (source, item id) governance let through
     shares: dict[str, int] = field(default_factory=dict)
-    degraded: bool = False
+    events: list[Event] = field(default_factory=list)  # fallbacks and failures, read by report (pipeline/events.py)
     synthesis: Synthesis | None = None
     meter: Meter = field(default_factory=Meter)
+    session: Restored | None = None  # an expand call's session (restore_session)
+    continuation: str | None = None  # the session a later expand call continues (keep_session)
     response: RetrieveResponse | None = None
     _query_vector: np.ndarray | None = None
     _masker: Masker | None = None
@@ -122,7 +146,18 @@ class Call:
 
     @property
     def store(self) -> Store:
-        return self.engine.store
+        return self.steps.store
+
+    @property
+    def sections(self) -> list[SectionCandidate]:
+        """The documents slot while it holds section candidates: after recall, before selection."""
+        return cast("list[SectionCandidate]", self.candidates["documents"])
+
+    @property
+    def planned(self) -> Plan:
+        """The plan, for the layers and sources that run after ``plan`` (which always sets it)."""
+        assert self.plan is not None
+        return self.plan
 
     @property
     def message(self) -> str:
@@ -130,7 +165,7 @@ class Call:
 
     def query_vector(self) -> np.ndarray:
         if self._query_vector is None:
-            self._query_vector = self.engine.embed_query(self.message)
+            self._query_vector = self.steps.embed_query(self.message)
         return self._query_vector
 
     def masker(self, *, fresh: bool = False) -> Masker:
@@ -144,38 +179,48 @@ class Call:
             self._masker = Masker.for_records(records)
         return self._masker
 
-    def step_failed(self, step: str, error: BaseException, *, fallback: str) -> str:
-        """A model step of a deep call failed and ``fallback`` ran instead: the call goes on at standard
-        depth for that step, and the documents route says so (``deep_timeout`` or ``deep_error``)."""
+    def step_failed(self, step: str, error: BaseException, *, fallback: str) -> Fallback:
+        """A model step of a deep call failed and ``fallback`` ran instead: recorded as a
+        :class:`Fallback` (the documents route says so at the end: ``deep_timeout`` or ``deep_error``),
+        and the documents source's error names it."""
         reason = "deep_timeout" if isinstance(error, ProviderTimeout) else "deep_error"
-        assert self.plan is not None
-        self.plan.effective_depth = "standard"
-        self.plan.depth_fallback = self.plan.depth_fallback or reason
-        self.plan.deep_fallbacks[step] = f"{reason}: {fallback}"
-        if step in ("filters", "rephrase") and "understand" in self.route:
-            self.route["understand"].detail.setdefault("deep_fallbacks", {})[step] = f"{reason}: {fallback}"
-        documents = self.route.get("documents")
-        if documents is not None and documents.requested_depth is not None:
-            documents.effective_depth = "standard"
-            documents.fallback_reason = documents.fallback_reason or self.plan.depth_fallback
-            documents.detail["deep_fallbacks"] = dict(self.plan.deep_fallbacks)
         text = f"{step} step failed, {fallback} used: {type(error).__name__}: {error}"
+        event = Fallback(step=step, reason=reason, fallback=fallback, error=text)
+        self.events.append(event)
         if self.enabled("documents"):
             self.fail("documents", text, keep_items=True)
         else:
-            self.degraded = True
-        return reason
+            self.degrade(step, text)
+        return event
+
+    @property
+    def fallbacks(self) -> list[Fallback]:
+        return [e for e in self.events if isinstance(e, Fallback)]
+
+    @property
+    def effective_depth(self) -> Depth:
+        """The plan's depth, or ``standard`` once a model step fell back."""
+        return "standard" if self.fallbacks else self.planned.effective_depth
+
+    @property
+    def degraded(self) -> bool:
+        """Whether anything failed that the call survived (``partial``)."""
+        return any(isinstance(e, Degraded) for e in self.events)
+
+    def degrade(self, where: str, error: str) -> None:
+        """Record a failure the call survives: the response is ``partial``."""
+        self.events.append(Degraded(where=where, error=error))
 
     def enabled(self, source: SourceName) -> bool:
         return bool(self.plan and self.plan.sources.get(source))
 
-    def note(self, source: SourceName, item_id: str, layer: str, decision: str, reason: str | None = None,
+    def note(self, source: SourceName, item_id: str, layer: str, decision: Literal["kept", "dropped"], reason: str | None = None,
              score: float | None = None) -> None:  # fmt: skip
         """Record one layer's decision about one item. Any layer may note any candidate, seen or not:
         the response shows the caller only decisions about items governance cleared for it, and merely
         counts the rest (``layers/report.py``)."""
         self.trace.append(
-            TraceEntry(source=source, id=item_id, layer=layer, decision=decision, reason=reason, score=score)  # type: ignore[arg-type]
+            TraceEntry(source=source, id=item_id, layer=layer, decision=decision, reason=reason, score=score)
         )
 
     def fail(self, source: SourceName, error: BaseException | str, *, keep_items: bool = False) -> None:
@@ -185,7 +230,7 @@ class Call:
         result.error = text if result.error is None else f"{result.error}; {text}"
         if not keep_items:
             result.status = "error"
-        self.degraded = True
+        self.degrade(source, text)
 
     def take(self, key: str, compute: Callable[[], Any]) -> Any:
         """The result of the read prefetched under ``key`` (its exception, if it failed), else ``compute()``."""

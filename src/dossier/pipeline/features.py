@@ -17,9 +17,9 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..bundle import Document
+from ..bundle import Document, Section
 from ..stores.fulltext import STOP_WORDS, codes
-from .context import SectionCandidate
+from .call import SectionCandidate
 
 SECTION_FEATURES: tuple[str, ...] = (
     "cosine",  # cosine similarity of question and section
@@ -141,7 +141,7 @@ def section_features(
     return np.asarray(rows, dtype=np.float64)
 
 
-def _locate(document: Document | None, section_id: str):  # type: ignore[no-untyped-def]
+def _locate(document: Document | None, section_id: str) -> tuple[Section | None, int, int]:
     if document is None:
         return None, 0, 0
     for position, section in enumerate(document.sections):

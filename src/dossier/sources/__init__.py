@@ -1,23 +1,11 @@
 """The four sources (and external ones), one module each. A source's ``recall`` returns candidate
-items for its own part of the response; failures it can survive are reported with ``call.fail``."""
+items for its own part of the response; failures it can survive are reported with ``call.fail``.
+
+The interface (:class:`Source`, :class:`Skipped`, :class:`Failed`) lives on the floor below the layers
+(:mod:`dossier.pipeline.steps`); a source imports no layer."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from ..pipeline.steps import Failed, Skipped, Source
 
-from ..layers.context import Call
-from ..schema import SourceName
-
-
-class Skipped(Exception):
-    """Raised by a source that has nothing to do for this call (e.g. no record); the reason is reported."""
-
-
-class Failed(Exception):
-    """Raised by a source whose failure it already reported with ``call.fail``; marks it ``error``."""
-
-
-class Source(Protocol):
-    name: SourceName
-
-    def recall(self, call: Call) -> list[Any]: ...
+__all__ = ["Failed", "Skipped", "Source"]

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..bundle import Document
-from ..schema import Filters
+from ..schema import Filters, SourceName
 from ..providers import adapter as adapters
 from ..stores.base import Hit
 from ..stores.fulltext import codes
-from ..layers.context import SectionCandidate
-from ..layers.govern import document_verdict
+from ..pipeline.call import Call, SectionCandidate
+from ..pipeline.visibility import document_verdict
 from . import Skipped
 
 
@@ -37,10 +37,10 @@ def matches(document: Document, filters: Filters | None) -> bool:
 
 
 class DocumentsSource:
-    name = "documents"
+    name: SourceName = "documents"
 
-    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
-        mode = call.plan.mode
+    def recall(self, call: Call) -> list[Any]:
+        mode = call.planned.mode
         if mode == "fetch":
             return self._fetch(call)
         if mode == "filter" and not call.message:
@@ -49,38 +49,40 @@ class DocumentsSource:
             raise Skipped("no question")
         return self._search(call)
 
-    def prefetch(self, call) -> None:  # type: ignore[no-untyped-def]
+    def prefetch(self, call: Call) -> None:
         """Start this call's section searches in the background (when the store reads concurrently), so
         that they run while the record's own sources recall; :meth:`_search` then takes their results."""
-        if call.plan.mode == "fetch" or not call.message:
+        if call.planned.mode == "fetch" or not call.message:
             return
         query, limit = self._query_and_limit(call)
-        vector = call.engine.embed_query(query)
-        started = call.engine.background(call.store.search_vectors, "section", vector, org=call.org, limit=limit)
+        vector = call.steps.embed_query(query)
+        started = call.steps.background(call.store.search_vectors, "section", vector, org=call.org, limit=limit)
         if started is None:
             return
         call.prefetched["documents.vector"] = started
-        if call.plan.effective_depth != "fast":
-            call.prefetched["documents.text"] = call.engine.background(self._text_search, call, query, limit)
+        if call.planned.effective_depth != "fast":
+            text = call.steps.background(self._text_search, call, query, limit)
+            if text is not None:
+                call.prefetched["documents.text"] = text
 
     @staticmethod
-    def _query_and_limit(call) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    def _query_and_limit(call: Call) -> tuple[str, int]:
         query = call.understanding.document_query or call.message
         return query, call.settings.document_candidates * (3 if call.understanding.filters else 1)
 
     # -- search ------------------------------------------------------------------------------------
-    def _search(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+    def _search(self, call: Call) -> list[SectionCandidate]:
         route = call.route["documents"]
         query, limit = self._query_and_limit(call)
         filters = call.understanding.filters
-        vector = call.engine.embed_query(query)
+        vector = call.steps.embed_query(query)
         vector_hits = call.guarded(
             "documents",
             lambda: call.take("documents.vector", lambda: call.store.search_vectors("section", vector, org=call.org, limit=limit)),
             what="vector search",
         )
         text_hits: list[Hit] | None = []
-        if call.plan.effective_depth != "fast":
+        if call.planned.effective_depth != "fast":
             text_hits = call.guarded(
                 "documents", lambda: call.take("documents.text", lambda: self._text_search(call, query, limit)),
                 what="full-text search",
@@ -91,7 +93,7 @@ class DocumentsSource:
             route.backend, route.fallback_reason = "lexical", "vector_error"
         elif text_hits is None:
             route.backend, route.fallback_reason = "vector", "lexical_error"
-        elif call.plan.effective_depth == "fast":
+        elif call.planned.effective_depth == "fast":
             route.backend = "vector"
         else:
             route.backend = "hybrid"
@@ -104,7 +106,7 @@ class DocumentsSource:
         return kept
 
     @staticmethod
-    def _text_search(call, query: str, limit: int) -> list[Hit]:  # type: ignore[no-untyped-def]
+    def _text_search(call: Call, query: str, limit: int) -> list[Hit]:
         """Full-text hits; sections holding an exact code from the question rank first."""
         hits = call.store.search_text("section", query, org=call.org, limit=limit)
         exact = codes(query)
@@ -114,7 +116,7 @@ class DocumentsSource:
         seen = {h.id for h in first}
         return first + [h for h in hits if h.id not in seen]
 
-    def _fuse(self, call, vector_hits: list[Hit], text_hits: list[Hit]) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+    def _fuse(self, call: Call, vector_hits: list[Hit], text_hits: list[Hit]) -> list[SectionCandidate]:
         parents = {h.id: h.parent for h in (*vector_hits, *text_hits)}
         cosine = {h.id: h.score for h in vector_hits}
         vector_rank = {h.id: r for r, h in enumerate(vector_hits, start=1)}
@@ -122,7 +124,7 @@ class DocumentsSource:
         best_text = max((h.score for h in text_hits), default=0.0)
         text_score = {h.id: (h.score / best_text if best_text > 0 else 0.0) for h in text_hits}
         try:
-            fused = call.engine.fuse([vector_hits, text_hits], call.settings.rrf_k)
+            fused = call.steps.fuse([vector_hits, text_hits], call.settings.rrf_k)
         except Exception as exc:  # noqa: BLE001 - fusion failure falls back to vector ranking
             call.fail("documents", f"fusion failed: {type(exc).__name__}: {exc}", keep_items=True)
             route = call.route["documents"]
@@ -140,7 +142,7 @@ class DocumentsSource:
             call.note("documents", c.section_id, "recall", "kept", "lexical_only" if c.lexical_only else None, c.score)
         return out
 
-    def _score_lexical_only(self, call, candidates: list[SectionCandidate], vector) -> None:  # type: ignore[no-untyped-def]
+    def _score_lexical_only(self, call: Call, candidates: list[SectionCandidate], vector) -> None:
         """Give lexical-only candidates their cosine score, so thresholds can judge them too."""
         lexical = [c for c in candidates if c.lexical_only]
         if not lexical:
@@ -155,7 +157,7 @@ class DocumentsSource:
         for c in lexical:
             c.score = scores.get(c.section_id, 0.0)
 
-    def _apply_filters(self, call, candidates: list[SectionCandidate], filters: Filters | None) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+    def _apply_filters(self, call: Call, candidates: list[SectionCandidate], filters: Filters | None) -> list[SectionCandidate]:
         if filters is None or filters.empty:
             return candidates
         documents = {d.id: d for d in call.store.get_documents(sorted({c.document_id for c in candidates}), org=call.org)}
@@ -169,7 +171,7 @@ class DocumentsSource:
         return kept
 
     # -- fetch and filter modes ----------------------------------------------------------------------
-    def _fetch(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+    def _fetch(self, call: Call) -> list[SectionCandidate]:
         ids = list(dict.fromkeys(call.request.fetch or []))
         # one this caller may not see reads exactly like one that does not exist: not found, nothing ranked
         documents = [d for d in call.store.get_documents(ids, org=call.org) if document_verdict(call, d) is None]
@@ -181,14 +183,15 @@ class DocumentsSource:
                 call.note("documents", doc_id, "recall", "dropped", "not_found")
         return self._whole(call, documents)
 
-    def _filtered(self, call) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+    def _filtered(self, call: Call) -> list[SectionCandidate]:
         filters = call.understanding.filters
+        assert filters is not None  # filter mode without a question has the caller's filters (plan checks)
         documents = call.store.find_documents(
             org=call.org, doc_types=filters.doc_types, tags=filters.tags, limit=call.settings.max_fetch_ids
         )
         return self._whole(call, documents)
 
-    def _whole(self, call, documents: list[Document]) -> list[SectionCandidate]:  # type: ignore[no-untyped-def]
+    def _whole(self, call: Call, documents: list[Document]) -> list[SectionCandidate]:
         """Every section of ``documents``: ranked by the question when there is one, else in order."""
         route = call.route["documents"]
         candidates = [
@@ -200,14 +203,14 @@ class DocumentsSource:
         if call.message and candidates:
             query = call.understanding.document_query or call.message
             parents = [d.id for d in documents]
-            vector = call.engine.embed_query(query)
+            vector = call.steps.embed_query(query)
             hits = call.store.search_vectors("section", vector, org=call.org, limit=len(candidates), parents=parents)
             words = call.guarded(
                 "documents",
                 lambda: call.store.search_text("section", query, org=call.org, limit=len(candidates), parents=parents),
                 what="full-text ranking",
             )
-            fused = call.engine.fuse([hits, words or []], call.settings.rrf_k)
+            fused = call.steps.fuse([hits, words or []], call.settings.rrf_k)
             scores = {h.id: h.score for h in hits}
             vector_rank = {h.id: r for r, h in enumerate(hits, start=1)}
             text_rank = {h.id: r for r, h in enumerate(words or [], start=1)}
@@ -223,12 +226,12 @@ class DocumentsSource:
         return candidates
 
     @staticmethod
-    def _adapt(call, candidates: list[SectionCandidate], vector, *, limit: int) -> None:  # type: ignore[no-untyped-def]
+    def _adapt(call: Call, candidates: list[SectionCandidate], vector, *, limit: int) -> None:
         """Each candidate's cosine to the adapted query (a ranker feature), searched within the candidates'
         documents; where no adapter fits the store's model the route says why and the feature is the plain cosine."""
         if not candidates:
             return
-        embedder = call.engine.embedder
+        embedder = call.steps.embedder()
         try:
             adapter = adapters.load("sections", embedder.model_id, embedder.dimensions)
         except adapters.AdapterUnavailable as exc:

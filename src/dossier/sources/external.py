@@ -13,8 +13,9 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..pipeline.call import Call
 from ..errors import ProviderError, ProviderTimeout
-from ..schema import ExternalItem
+from ..schema import ExternalItem, SourceName
 from . import Failed, Skipped
 
 
@@ -62,12 +63,15 @@ class HttpJsonSource:
 class ExternalSource:
     """Asks every registered adapter; one failing adapter is reported and the others still count."""
 
-    name = "external"
+    name: SourceName = "external"
+
+    def prefetch(self, call: Call) -> None:
+        """Nothing to start ahead: this source's reads are quick, or depend on each other."""
 
     def __init__(self, adapters: dict[str, ExternalAdapter]) -> None:
         self.adapters = adapters
 
-    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
+    def recall(self, call: Call) -> list[Any]:
         if not self.adapters:
             raise Skipped("no external source is registered")
         res = call.resolution

@@ -4,23 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schema import EdgeItem
+from ..pipeline.call import Call
+from ..schema import EdgeItem, SourceName
+from ..stores.base import EdgeHop
 from . import Skipped
 
 
 class GraphSource:
-    name = "graph"
+    name: SourceName = "graph"
 
-    def prefetch(self, call) -> None:  # type: ignore[no-untyped-def]
+    def prefetch(self, call: Call) -> None:
         """Start the walk in the background (when the store reads concurrently); :meth:`recall` takes it."""
         res = call.resolution
         if res.tombstone or res.record is None:
             return
-        started = call.engine.background(self._walk, call)
+        started = call.steps.background(self._walk, call)
         if started is not None:
             call.prefetched["graph.walk"] = started
 
-    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
+    def recall(self, call: Call) -> list[Any]:
         res = call.resolution
         if res.tombstone:
             raise Skipped("record is pending deletion")
@@ -34,9 +36,10 @@ class GraphSource:
         ]
 
     @staticmethod
-    def _walk(call) -> list[Any]:  # type: ignore[no-untyped-def]
+    def _walk(call: Call) -> list[EdgeHop]:
         res, settings = call.resolution, call.settings
-        return call.store.edges_around(  # type: ignore[no-any-return]
+        assert res.record is not None  # recall and prefetch walk only around a resolved record
+        return call.store.edges_around(
             [res.record.id, *res.merged_from], org=call.org, max_hops=settings.graph_max_hops,
             limit=settings.graph_max_edges, include_stubs=settings.include_stub_edges,
         )  # fmt: skip

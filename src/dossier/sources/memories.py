@@ -3,20 +3,30 @@ and, for a question, the semantically closest others. Tier 1 survives any failur
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
-from ..layers.features import MEMORY_FEATURES, MemoryEvidence, memory_features
+import numpy as np
+
+from ..bundle import Memory
+
+from ..pipeline.call import Call
+from ..pipeline.features import MEMORY_FEATURES, MemoryEvidence, memory_features
 from ..providers import adapter as adapters
 from ..providers import ranker as rankers
 from ..providers.ranker import RankerUnavailable
-from ..schema import MemoryItem
+from ..schema import MemoryItem, SourceName
+from ..providers.embeddings import Embedder
+from ..stores.base import Hit, Store
 from . import Skipped
 
 
 class MemoriesSource:
-    name = "memories"
+    name: SourceName = "memories"
 
-    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
+    def prefetch(self, call: Call) -> None:
+        """Nothing to start ahead: this source's reads are quick, or depend on each other."""
+
+    def recall(self, call: Call) -> list[Any]:
         res, settings = call.resolution, call.settings
         if res.tombstone:
             raise Skipped("record is pending deletion")
@@ -40,18 +50,18 @@ class MemoriesSource:
         return tier2 + tier1
 
     @staticmethod
-    def _semantic_enabled(call) -> bool:  # type: ignore[no-untyped-def]
+    def _semantic_enabled(call: Call) -> bool:
         settings = call.settings
         allow = settings.semantic_memory_orgs
         return settings.semantic_memories_enabled and (allow is None or call.org in allow)
 
-    def _semantic(self, call, record_ids: list[str], tier1: list[MemoryItem]) -> list[MemoryItem]:  # type: ignore[no-untyped-def]
+    def _semantic(self, call: Call, record_ids: list[str], tier1: list[MemoryItem]) -> list[MemoryItem]:
         """Tier 2: memories close to the question by meaning or by words, the recent tier's own items
         left out, ranked by the learned memory ranker (its probability floor decides what comes back);
         without a usable ranker model, by the heuristic: a cosine floor and reciprocal rank fusion."""
         settings, route = call.settings, call.route["memories"]
         query = call.understanding.memory_query or call.message
-        vector = call.query_vector() if query == call.message else call.engine.embed_query(query)
+        vector = call.query_vector() if query == call.message else call.steps.embed_query(query)
         try:
             ranker = rankers.for_settings(settings.rankers, "memories", MEMORY_FEATURES)
         except RankerUnavailable as exc:
@@ -76,7 +86,7 @@ class MemoriesSource:
             found = {m.id: m for m in call.store.get_memories(chosen, org=call.org)}
         else:
             route.detail["ranker"] = ranker.name
-            adapted = adapted_search(call.store, call.engine.embedder, vector, org=call.org, record_ids=record_ids, pool=pool,
+            adapted = adapted_search(call.store, call.steps.embedder(), vector, org=call.org, record_ids=record_ids, pool=pool,
                                      semantic=hits)  # fmt: skip
             route.detail["adapter"] = "memories" if adapted is not hits else "none"
             chosen, found = self._ranked(call, ranker, query, [h for h in hits if h.id not in recent], lexical,
@@ -90,12 +100,12 @@ class MemoriesSource:
         return out
 
     @staticmethod
-    def _fused(call, semantic: list, lexical: list, cosine: dict[str, float]) -> list[str]:  # type: ignore[no-untyped-def]
+    def _fused(call: Call, semantic: list, lexical: list, cosine: dict[str, float]) -> list[str]:
         settings = call.settings
         floor = settings.thresholds.memory_semantic
         above = [h for h in semantic if h.score >= floor]
         fused = (
-            call.engine.fuse([above, lexical], settings.memory_rrf_k, [1.0, settings.memory_text_weight])
+            call.steps.fuse([above, lexical], settings.memory_rrf_k, [1.0, settings.memory_text_weight])
             if lexical
             else {h.id: 1.0 / (i + 60) for i, h in enumerate(above)}
         )
@@ -106,7 +116,7 @@ class MemoriesSource:
         return chosen
 
     @staticmethod
-    def _ranked(call, ranker, query: str, semantic: list, lexical: list, adapted: list) -> tuple[list[str], dict]:  # type: ignore[no-untyped-def]
+    def _ranked(call: Call, ranker, query: str, semantic: list, lexical: list, adapted: list) -> tuple[list[str], dict]:
         """The memory ranker's choice among the vector, full-text and adapted-vector candidates: best first,
         at most ``semantic_memories``, each at or above the model's probability floor."""
         settings = call.settings
@@ -124,7 +134,8 @@ class MemoriesSource:
         return chosen, found
 
 
-def adapted_search(store, embedder, vector, *, org: str, record_ids: list[str], pool: int, semantic: list) -> list:  # type: ignore[no-untyped-def]
+def adapted_search(store: Store, embedder: Embedder, vector: np.ndarray, *, org: str, record_ids: list[str], pool: int,
+                   semantic: list[Hit]) -> list[Hit]:  # fmt: skip
     """The record's memories closest to the adapted query (:mod:`dossier.providers.adapter`); where no
     adapter fits the embedding model, the plain vector hits themselves (what the identity adapter gives)."""
     try:
@@ -134,7 +145,8 @@ def adapted_search(store, embedder, vector, *, org: str, record_ids: list[str], 
     return store.search_vectors("memory", adapter.apply(vector), org=org, parents=record_ids, limit=pool)
 
 
-def memory_evidence(query: str, semantic: list, lexical: list, found: dict, adapted: list | None = None) -> list[MemoryEvidence]:  # type: ignore[no-untyped-def]
+def memory_evidence(query: str, semantic: list[Hit], lexical: list[Hit], found: Mapping[str, Memory],
+                    adapted: list[Hit] | None = None) -> list[MemoryEvidence]:  # fmt: skip
     """What the vector, full-text and adapted-vector searches said about each candidate that still exists
     (``adapted`` None: no adapted search, its evidence is the plain vector search's)."""
     adapted = semantic if adapted is None else adapted

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..schema import PropertyItem
+from ..pipeline.call import Call
+from ..schema import PropertyItem, SourceName
 from ..stores.base import property_key
 from . import Skipped
 from .context_helpers import similarity_by_key
 
 
 class PropertiesSource:
-    name = "properties"
+    name: SourceName = "properties"
 
-    def recall(self, call) -> list[Any]:  # type: ignore[no-untyped-def]
+    def prefetch(self, call: Call) -> None:
+        """Nothing to start ahead: this source's reads are quick, or depend on each other."""
+
+    def recall(self, call: Call) -> list[Any]:
         res = call.resolution
         if res.tombstone:
             raise Skipped("record is pending deletion")
@@ -25,8 +29,9 @@ class PropertiesSource:
             return self._discover(call)
         raise Skipped("no record" if call.request.record is None else "record not found")
 
-    def _of_record(self, call) -> list[PropertyItem]:  # type: ignore[no-untyped-def]
+    def _of_record(self, call: Call) -> list[PropertyItem]:
         record = call.resolution.record
+        assert record is not None  # recall asks for the record's own properties only when there is one
         items = [PropertyItem(record_id=record.id, name=n, value=v) for n, v in record.properties.items()]
         if call.message and items:
             scores = call.guarded(
@@ -40,7 +45,7 @@ class PropertiesSource:
                 items.sort(key=lambda i: -(i.score if i.score is not None else -1.0))
         return items
 
-    def _discover(self, call) -> list[PropertyItem]:  # type: ignore[no-untyped-def]
+    def _discover(self, call: Call) -> list[PropertyItem]:
         settings = call.settings
         floor = settings.thresholds.property_discovery
         # records pending deletion have no property vectors (loading drops them), so none is ever a hit
