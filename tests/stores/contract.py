@@ -399,6 +399,26 @@ def test_search_text_over_memories_and_parents_restriction(store: Store, embedde
     assert sections == []
 
 
+def test_search_text_among_a_records_many_tied_memories_keeps_the_first_ids(store: Store, embedder: Any) -> None:
+    """Identical texts tie on score: the hits past the limit are those whose ids sort later, also when the
+    tie runs past whatever a store shortlists (here 80 ties for a limit of 7), and among several records."""
+    org = "acme"
+    ties = [_memory(org, f"m-tie-{n:03d}", "r-jane" if n % 4 else "r-bob", "Renewal quote sent for the forklift fleet.",
+                    "2024-04-01T00:00:00+00:00") for n in range(80, 0, -1)]  # fmt: skip
+    other = [_memory(org, f"m-x-{n}", "r-jane", f"Forklift fleet note number {n} about the renewal quote and more words.",
+                     "2024-04-02T00:00:00+00:00") for n in range(5)]  # fmt: skip
+    store.write(make_batch(embedder, orgs=[Org(id=org)], records=[_contact(org, "r-jane"), _contact(org, "r-bob")],
+                           memories=ties + other, vectors=False))  # fmt: skip
+    for parents, owners in ((["r-jane"], {"r-jane"}), (["r-jane", "r-bob"], {"r-jane", "r-bob"})):
+        everything = store.search_text("memory", "renewal quote forklift fleet", org=org, limit=200, parents=parents)
+        assert {h.parent for h in everything} == owners
+        assert len(everything) == sum(1 for m in ties + other if m.record in owners)
+        for limit in (1, 7, 60):
+            hits = store.search_text("memory", "renewal quote forklift fleet", org=org, limit=limit, parents=parents)
+            assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in everything[:limit]]
+        assert [(-h.score, h.id) for h in everything] == sorted((-h.score, h.id) for h in everything)
+
+
 @pytest.mark.parametrize("query", ["what is the", "", "   ", "?!", "and or not near"])
 def test_search_text_with_no_search_terms_returns_nothing(store: Store, embedder: Any, query: str) -> None:
     write_world(store, embedder)

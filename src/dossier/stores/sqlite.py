@@ -408,29 +408,41 @@ class SQLiteStore:
             fts, table, alias, column, weights = "memories_fts", "memories", "m", "record", ""
         else:
             raise ValueError(f"no full-text search over {kind!r}")
+        rank = f"bm25({fts}{', ' + weights if weights else ''})"
         # CROSS JOIN keeps the full-text table outside: probing it once per content row would run the whole
         # match (and bm25's statistics) again for every row
-        sql = (
-            f"SELECT {alias}.id, {alias}.{column}, bm25({fts}{', ' + weights if weights else ''}) AS rank "
+        full = (
+            f"SELECT {alias}.id, {alias}.{column}, {rank} AS rank "
             f"FROM {fts} CROSS JOIN {table} {alias} ON {alias}.rowid = {fts}.rowid WHERE {fts} MATCH ?"
         )
-        params: list[Any] = [match]
-        if parents is not None:
-            # A parent's rows are one rowid range (its slot, see sqlite_schema): FTS5 reads one parent's range
-            # alone, so the search costs what that record (or document) holds, not every match in the store.
-            # For several parents each match's slot is tested, with no table read (a range per parent would
-            # count every term's matches, which bm25 does per query, once per parent).
-            slots = self._slots(kind, org, parents)
-            if not slots:
-                return []
-            if len(slots) == 1:
-                sql += f" AND {fts}.rowid BETWEEN ? AND ?"
-                params.extend([slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1])
-            else:
-                sql += f" AND ({fts}.rowid >> {SLOT_BITS}) IN ({','.join('?' * len(slots))})"
-                params.extend(slots)
-        sql += f" AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?"
-        params.extend([org, int(limit)])
+        if parents is None:
+            return self._hits(full + f" AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?", [match, org, int(limit)])
+        # A parent's rows are one rowid range (its slot, see sqlite_schema): FTS5 reads one parent's range
+        # alone, so the search costs what that record (or document) holds, not every match in the store.
+        # For several parents each match's slot is tested, with no table read (a range per parent would
+        # count every term's matches, which bm25 does per query, once per parent).
+        slots = self._slots(kind, org, parents)
+        if not slots:
+            return []
+        if len(slots) == 1:
+            scope, scope_params = f"{fts}.rowid BETWEEN ? AND ?", [slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1]
+        else:
+            scope, scope_params = f"({fts}.rowid >> {SLOT_BITS}) IN ({','.join('?' * len(slots))})", list(slots)
+        # The best rows by rank are picked in the full-text table alone, and only they are joined to their
+        # content rows (ids, org check): a join per match cost ~40% of a search over a large record. Ties on
+        # the last rank taken could hide a row whose id sorts first: then every match is ranked after all.
+        fetch = int(limit) + _TIE_SLACK
+        shortlist = (
+            f"SELECT {alias}.id, {alias}.{column}, r.rank FROM (SELECT {fts}.rowid AS rowid, {rank} AS rank FROM {fts} "
+            f"WHERE {fts} MATCH ? AND {scope} ORDER BY rank LIMIT ?) r "
+            f"CROSS JOIN {table} {alias} ON {alias}.rowid = r.rowid WHERE {alias}.org = ? ORDER BY r.rank, 1"
+        )
+        rows = self._query(shortlist, [match, *scope_params, fetch, org])
+        if len(rows) == fetch and rows[int(limit) - 1][2] == rows[-1][2]:
+            rows = self._query(full + f" AND {scope} AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?", [match, *scope_params, org, int(limit)])
+        return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows[: int(limit)]]
+
+    def _hits(self, sql: str, params: list[Any]) -> list[Hit]:
         return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in self._query(sql, params)]
 
     def _slots(self, kind: str, org: str, parents: Sequence[str]) -> list[int]:
@@ -525,6 +537,7 @@ class SQLiteStore:
 
 
 _EDGE_COLUMNS = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
+_TIE_SLACK = 32  # rows a full-text search among parents shortlists beyond its limit (see search_text)
 _PER_SLOT = 1 << SLOT_BITS
 
 

@@ -111,7 +111,8 @@ class SQLiteVectors:
         out: dict[int, tuple[str, str]] = {}
         for chunk in _chunks(labels):
             for rowid, key, parent in self._query(
-                f"SELECT rowid, key, parent FROM vectors WHERE rowid IN ({','.join('?' * len(chunk))}) AND org = ? AND kind = ?",
+                # by rowid (the unary + keeps the planner from scanning the org's rows in the parent index)
+                f"SELECT rowid, key, parent FROM vectors WHERE rowid IN ({','.join('?' * len(chunk))}) AND +org = ? AND +kind = ?",
                 [*chunk, org, kind],
             ):
                 out[rowid] = (key, parent)
