@@ -16,7 +16,8 @@ import math
 from datetime import date, datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, field_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, ValidationInfo,
+                      field_validator)
 
 from .identifiers import clip, normalize
 
@@ -140,11 +141,12 @@ class Identifiers(_Item):
 
     @field_validator("email", "phone", "website", "profile_url", mode="before")
     @classmethod
-    def _normalise(cls, value: object, info) -> object:  # type: ignore[no-untyped-def]
+    def _normalise(cls, value: object, info: ValidationInfo) -> object:
         if value is None or value == "":
             return None
         if not isinstance(value, str):
             raise ValueError(f"must be a string, not {_kind_of(value)}")
+        assert info.field_name is not None  # a field validator is always about its field
         return normalize(info.field_name, value)
 
 

@@ -21,6 +21,8 @@ import dossier
 from .errors import BundleError, DossierError, NotFound, UsageError
 
 if TYPE_CHECKING:
+    from .evaluation.dataset import Dataset
+    from .evaluation.fit import OrgFit
     from .loading import LoadReport
     from .schema import Synthesis
 
@@ -598,7 +600,7 @@ def calibrate(
             console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {url}")
 
 
-def _fit_rankers(data, orgs: list[str]) -> dict:  # type: ignore[no-untyped-def]
+def _fit_rankers(data: "Dataset", orgs: list[str]) -> dict[str, "OrgFit"]:
     """Each org's own section ranker, fitted on its labelled questions (or the reason it keeps the shipped one)."""
     import tempfile
 
@@ -612,7 +614,7 @@ def _fit_rankers(data, orgs: list[str]) -> dict:  # type: ignore[no-untyped-def]
         return {org: OrgFit(org, None, f"no shipped ranker to compare with ({exc})", {}) for org in orgs}
     with tempfile.TemporaryDirectory(prefix="dossier-fit-") as tmp, dossier.open(f"sqlite:///{tmp}/f.db") as engine:
         engine.load_bundle(data.bundle)
-        fits = {}
+        fits: dict[str, OrgFit] = {}
         with err.status("fitting section rankers"):
             for org in orgs:
                 try:

