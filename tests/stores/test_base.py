@@ -1,4 +1,5 @@
-"""The Store protocol at the type level: a read without an org does not type-check."""
+"""The Store protocols at the type level: a read or a search without an org does not type-check, whether the
+caller holds the whole ``Store`` or only the part it needs."""
 
 from __future__ import annotations
 
@@ -10,15 +11,22 @@ import pytest
 from mypy import api
 
 CALLER = """\
-    from dossier.stores.base import Store
+    import numpy as np
+
+    from dossier.stores.base import Store, StoreReader, StoreSearcher
 
 
-    def without_org(store: Store) -> None:
+    def without_org(store: Store, reader: StoreReader, searcher: StoreSearcher) -> None:
         store.recent_memories(["r1"], limit=5)
+        reader.recent_memories(["r1"], limit=5)
+        searcher.search_vectors("memory", np.zeros(3), limit=5)
 
 
-    def with_org(store: Store) -> None:
+    def with_org(store: Store, reader: StoreReader, searcher: StoreSearcher) -> None:
         store.recent_memories(["r1"], org="acme", limit=5)
+        reader.recent_memories(["r1"], org="acme", limit=5)
+        searcher.search_vectors("memory", np.zeros(3), org="acme", limit=5)
+        store.search_vectors("memory", np.zeros(3), org="acme", limit=5)
 """
 
 
@@ -32,6 +40,8 @@ def test_mypy_refuses_a_read_without_org(tmp_path: Path) -> None:
     )  # fmt: skip
     errors = [line for line in stdout.splitlines() if ": error:" in line]
     assert status == 1, stdout + stderr
-    assert errors == [
-        f'{source}:5: error: Missing named argument "org" for "recent_memories" of "Store"  [call-arg]'
+    assert errors == [  # the method is named with the protocol part that declares it
+        f'{source}:7: error: Missing named argument "org" for "recent_memories" of "StoreReader"  [call-arg]',
+        f'{source}:8: error: Missing named argument "org" for "recent_memories" of "StoreReader"  [call-arg]',
+        f'{source}:9: error: Missing named argument "org" for "search_vectors" of "StoreSearcher"  [call-arg]',
     ], stdout

@@ -4,6 +4,11 @@ Every read and write is scoped to one org. Reads take ``org`` as a required keyw
 call without it does not type-check, and every implementation refuses an empty org at run time
 (:class:`~dossier.errors.OrgRequired`). Layers and sources talk to storage only through this protocol.
 
+``Store`` is the union of three narrower protocols, each with its own part of the contract suite
+(``tests/stores/``): :class:`StoreReader` (reads by id, identifier and relation), :class:`StoreSearcher`
+(full-text and vector search) and :class:`StoreWriter` (writes and the hashes a load compares). The
+service's tables have a protocol of their own (:class:`~dossier.stores.service_base.ServiceStore`).
+
 Kinds of searchable things:
 
 * ``section``  -- a document section; full text over title, heading and text; vector per section.
@@ -128,42 +133,12 @@ def require_org(org: str | None, operation: str) -> str:
 
 
 @runtime_checkable
-class Store(Protocol):
-    """What every storage backend provides. All reads take ``org``; none can be called without it."""
-
-    url: str
-    #: True when reads from several threads run at once; the engine then starts a call's section
-    #: searches in the background while the record's own sources recall (``Engine.background``)
-    concurrent_reads: bool
-
-    def close(self) -> None:
-        """Release connections and caches."""
-
-    def bind_embedder(self, model_id: str, dimensions: int) -> None:
-        """Record the embedding model on first use; raise SchemaMismatch if vectors were made by another."""
-
-    # -- writes ------------------------------------------------------------------------------------
-    def write(self, batch: WriteBatch) -> None:
-        """Apply ``batch`` atomically (see :class:`WriteBatch`)."""
-
-    def write_many(self, batches: Iterable[WriteBatch]) -> None:
-        """Apply every batch of ``batches``, in order, in one transaction: all of them or nothing. The
-        batches are drawn while the transaction is open (a load streams its bundle into it)."""
-
-    def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
-        """Stored content hash of each of ``ids`` that exists in ``org``."""
-
-    def vector_hashes(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, str]:
-        """Hash of the text each stored vector of ``keys`` was computed from."""
-
-    def put_settings(self, settings: dict, *, org: str) -> None:
-        """Store ``org``'s own settings (a JSON object, e.g. calibrated thresholds), replacing any."""
+class StoreReader(Protocol):
+    """Reads by id, by identifier and by relation, all scoped to one org: what resolving a record, recalling
+    its own memories and edges, and checking visibility against fresh rows need."""
 
     def get_settings(self, *, org: str) -> dict | None:
         """``org``'s own settings, or None."""
-
-    def put_result(self, call_id: str, result: dict, *, org: str) -> None:
-        """Store the result of a call's deferred work (a JSON object), replacing any for ``call_id``."""
 
     def get_result(self, call_id: str, *, org: str) -> dict | None:
         """The stored result of ``call_id`` in ``org``, or None."""
@@ -196,17 +171,7 @@ class Store(Protocol):
     def merged_from(self, record_id: str, *, org: str) -> list[str]:
         """Ids of records merged (directly or transitively) into ``record_id``."""
 
-    # -- recall ------------------------------------------------------------------------------------
-    def search_text(
-        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
-    ) -> list[Hit]:
-        """Full-text search; ``query`` is plain words (the store builds its own query syntax)."""
-
-    def search_vectors(
-        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
-    ) -> list[Hit]:
-        """Nearest neighbours by cosine similarity, optionally only among children of ``parents``."""
-
+    # -- a record's own memories and edges ---------------------------------------------------------
     def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
         """The ``limit`` newest memories across ``record_ids``, newest first (ties by id)."""
 
@@ -225,3 +190,60 @@ class Store(Protocol):
 
     def counts(self, *, org: str) -> dict[str, int]:
         """Number of stored items per kind in ``org``."""
+
+
+@runtime_checkable
+class StoreSearcher(Protocol):
+    """Ranked search within one org, by words and by meaning (see :class:`Hit` for what a hit names)."""
+
+    #: True when reads from several threads run at once; the engine then starts a call's section
+    #: searches in the background while the record's own sources recall (``Engine.background``)
+    concurrent_reads: bool
+
+    def search_text(
+        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        """Full-text search; ``query`` is plain words (the store builds its own query syntax)."""
+
+    def search_vectors(
+        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[Hit]:
+        """Nearest neighbours by cosine similarity, optionally only among children of ``parents``."""
+
+
+@runtime_checkable
+class StoreWriter(Protocol):
+    """Loading and keeping: atomic writes, and the hashes a load compares to skip what did not change."""
+
+    def bind_embedder(self, model_id: str, dimensions: int) -> None:
+        """Record the embedding model on first use; raise SchemaMismatch if vectors were made by another."""
+
+    def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically (see :class:`WriteBatch`)."""
+
+    def write_many(self, batches: Iterable[WriteBatch]) -> None:
+        """Apply every batch of ``batches``, in order, in one transaction: all of them or nothing. The
+        batches are drawn while the transaction is open (a load streams its bundle into it)."""
+
+    def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
+        """Stored content hash of each of ``ids`` that exists in ``org``."""
+
+    def vector_hashes(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, str]:
+        """Hash of the text each stored vector of ``keys`` was computed from."""
+
+    def put_settings(self, settings: dict, *, org: str) -> None:
+        """Store ``org``'s own settings (a JSON object, e.g. calibrated thresholds), replacing any."""
+
+    def put_result(self, call_id: str, result: dict, *, org: str) -> None:
+        """Store the result of a call's deferred work (a JSON object), replacing any for ``call_id``."""
+
+
+@runtime_checkable
+class Store(StoreReader, StoreSearcher, StoreWriter, Protocol):
+    """What every storage backend provides: a reader, a searcher and a writer on one database. All reads
+    take ``org``; none can be called without it. Code that needs only one part takes that part's protocol."""
+
+    url: str
+
+    def close(self) -> None:
+        """Release connections and caches."""
