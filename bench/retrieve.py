@@ -7,6 +7,16 @@ Reproduce (from the repository root, after `pip install -e .`):
     python bench/retrieve.py --scale-only --memories 20000 --sections 4000 --calls 500
     python bench/retrieve.py --cache ~/.cache/dossier-bench   # where the synthetic store is kept
     OPENBLAS_NUM_THREADS=1 python bench/retrieve.py --scale-only  # single-threaded BLAS for the vector search
+    python bench/retrieve.py --one-record --memories 20000 --json   # one contact holding 20,000 memories
+
+(c) ``--one-record``: the sample org plus ``--memories`` memories of one contact (jane@acme.com), texts
+from bench/corpus.py embedded once with the real model (in batches; the vectors are cached under
+``--cache`` beside the built store, which later runs reuse). Brief calls about that contact, each with
+a new question, alternate with the query embedding timed alone, so machine load weighs on both alike.
+With ``--json`` it prints one line: ``brief_p50_ms``, ``brief_p95_ms``, ``embed_p50_ms`` (the query
+embedding alone, same run), ``cold_first_call_ms`` (a new process opens the store and makes one call:
+the store's files are mapped, the model loaded and the call answered), the time spent per step, the
+recall@10 of the record's vector search against exact search, and the load average before and after.
 
 (a) The sample org (examples/sample-org.json), caller ``ana`` of ``northwind``, records such as
 jane@acme.com, raj@acme.com and https://www.acme.com, questions from the labelled evaluation set and
@@ -34,12 +44,16 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -248,6 +262,166 @@ def scale(embedder: OnnxMiniLM, args: argparse.Namespace, seen: set[str]) -> Non
             timers.restore()
 
 
+ONE_RECORD = {"email": "jane@acme.com"}
+ONE_RECORD_ID = "rec-jane"
+
+
+class CachedTexts(OnnxMiniLM):
+    """The real model, answering from ``vectors`` for the texts it was given (embedded once, cached)."""
+
+    def __init__(self, texts: list[str], vectors: np.ndarray) -> None:
+        super().__init__()
+        self._known = dict(zip(texts, vectors))
+
+    def embed_documents(self, texts, progress=None):  # type: ignore[no-untyped-def]
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        missing = [i for i, t in enumerate(texts) if t not in self._known]
+        if missing:
+            out[missing] = super().embed_documents([texts[i] for i in missing])
+        for i, t in enumerate(texts):
+            if t in self._known:
+                out[i] = self._known[t]
+        if progress:
+            progress(len(texts))
+        return out
+
+
+def one_record_texts(n: int, seed: int = 17) -> list[str]:
+    rng = random.Random(seed)
+    return [f"{corpus.memory_text(rng)} (note {i})" for i in range(n)]
+
+
+def one_record_store(args: argparse.Namespace) -> tuple[Path, dict]:
+    """The cached store of the sample org plus ``args.memories`` memories of jane@acme.com."""
+    cache = Path(args.cache).expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"one-record-{args.memories}.db"
+    built: dict = {}
+    if path.exists():
+        return path, built
+    texts = one_record_texts(args.memories)
+    vectors_file = cache / f"one-record-{args.memories}-texts.npy"
+    if vectors_file.exists():
+        vectors = np.load(vectors_file)
+    else:
+        model = OnnxMiniLM()
+        started, last = time.perf_counter(), [time.perf_counter(), 0]
+
+        def progress(done: int) -> None:
+            last[1] += done
+            if time.perf_counter() - last[0] > 30:
+                last[0] = time.perf_counter()
+                print(f"    embedded {last[1]}/{len(texts)}", file=sys.stderr, flush=True)
+
+        print(f"embedding {len(texts)} memory texts once (cached in {vectors_file}) ...", file=sys.stderr, flush=True)
+        vectors = model.embed_documents(texts, progress=progress)
+        built["embed_s"] = round(time.perf_counter() - started, 1)
+        built["embed_texts_per_s"] = round(len(texts) / built["embed_s"], 1)
+        np.save(vectors_file, vectors)
+    data = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    start = 1_600_000_000
+    extra = [{"id": f"one-{i}", "org": "northwind", "record": ONE_RECORD_ID, "text": text,
+              "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + 60 * i))}
+             for i, text in enumerate(texts)]  # fmt: skip
+    partial = cache / f"{path.name}.partial"
+    for leftover in cache.glob(f"{path.name}.partial*"):
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+    embedder = CachedTexts(texts, vectors)
+    print(f"building {path} ...", file=sys.stderr, flush=True)
+    with dossier.open(f"sqlite:///{partial}", embedder=embedder) as engine:
+        started = time.perf_counter()
+        engine.load_bundle(data)
+        engine.load_bundle({"memories": extra})  # the ANN index of the org's memories is built here
+        built["load_s"] = round(time.perf_counter() - started, 1)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{partial}{suffix}").unlink(missing_ok=True)
+    Path(f"{partial}-ann").rename(f"{path}-ann")
+    partial.rename(path)
+    return path, built
+
+
+def cold_process_call(path: str) -> None:
+    """In a new process: open the store, make one call, print the times as JSON (--cold-call)."""
+    started = time.perf_counter()
+    engine = dossier.open(f"sqlite:///{path}")
+    opened = time.perf_counter()
+    engine.retrieve({"mode": "brief", "record": ONE_RECORD, "message": "What did we agree about annual prepay?"},
+                    org="northwind", caller="ana")  # fmt: skip
+    done = time.perf_counter()
+    engine.close()
+    print(json.dumps({"open_ms": round((opened - started) * 1000, 1), "first_call_ms": round((done - opened) * 1000, 1)}))
+
+
+def one_record(args: argparse.Namespace) -> dict:
+    load_before = os.getloadavg()[0]
+    path, built = one_record_store(args)
+    cold = json.loads(subprocess.run([sys.executable, __file__, "--cold-call", str(path)], check=True,
+                                     capture_output=True, text=True).stdout.strip().splitlines()[-1])  # fmt: skip
+    embedder = OnnxMiniLM()
+    embedder.embed_query("warm up")
+    rng, seen = random.Random(23), set[str]()
+    evaluation = json.loads(SAMPLE_QUESTIONS.read_text(encoding="utf-8"))["questions"]
+    pool = [q["message"] for q in evaluation if q["org"] == "northwind" and q.get("message")]
+    pool += [corpus.question(random.Random(i)) for i in range(200)]
+    out: dict = {"mode": "one-record", "memories": args.memories, "store": str(path), **built,
+                 "cold_open_ms": cold["open_ms"], "cold_first_call_ms": cold["first_call_ms"]}  # fmt: skip
+    with dossier.open(f"sqlite:///{path}", embedder=embedder) as engine:
+        counts = engine.store.counts(org="northwind")
+        questions = unique_questions(pool, rng, args.calls + 10, seen)
+        alone = unique_questions(pool, rng, args.calls, seen)
+        for q in questions[:10]:  # warm up
+            engine.retrieve({"mode": "brief", "record": ONE_RECORD, "message": q}, org="northwind", caller="ana")
+        timers = Timers(engine)
+        totals, embeds, steps = [], [], defaultdict(list)
+        try:
+            for q, other in zip(questions[10:], alone):
+                started = time.perf_counter()
+                embedder.embed_query(other)
+                embeds.append((time.perf_counter() - started) * 1000)
+                timers.take()
+                started = time.perf_counter()
+                engine.retrieve({"mode": "brief", "record": ONE_RECORD, "message": q, "budget": {"totalTokens": 8000}},
+                                org="northwind", caller="ana")  # fmt: skip
+                totals.append((time.perf_counter() - started) * 1000)
+                took = timers.take()
+                for s in STEPS:
+                    steps[s].append(took.get(s, 0.0))
+        finally:
+            timers.restore()
+        out["recall_at_10"] = record_recall(engine, path, embedder, rng, pool, seen)
+        out["counts"] = counts
+    out.update(
+        calls=len(totals), brief_p50_ms=round(statistics.median(totals), 2), brief_p95_ms=round(percentile(totals, 0.95), 2),
+        embed_p50_ms=round(statistics.median(embeds), 2), embed_p95_ms=round(percentile(embeds, 0.95), 2),
+        steps_p50_ms={s: round(statistics.median(v), 2) for s, v in steps.items()},
+        steps_p95_ms={s: round(percentile(v, 0.95), 2) for s, v in steps.items()},
+        load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)], cores=len(os.sched_getaffinity(0)),
+    )  # fmt: skip
+    return out
+
+
+def record_recall(engine: dossier.Engine, path: Path, embedder: OnnxMiniLM, rng: random.Random, pool: list[str],
+                  seen: set[str]) -> float:  # fmt: skip
+    """recall@10 of the record's vector search (what the memories source asks) against exact search."""
+    import sqlite3
+
+    from dossier.stores.sqlite_vectors import matrix_of
+    from dossier.stores.vector_index import exact_search
+
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT key, parent, embedding FROM vectors WHERE org = 'northwind' AND kind = 'memory' "
+                          "AND parent = ?", [ONE_RECORD_ID]).fetchall()  # fmt: skip
+    keys, parents, matrix = matrix_of(rows)
+    store = engine.store
+    recalls = []
+    for q in unique_questions(pool, rng, 50, seen):
+        vector = embedder.embed_query(q)
+        want = {k for k, _, _ in exact_search(keys, parents, matrix, vector, 10)}
+        got = {h.id for h in store.search_vectors("memory", vector, org="northwind", limit=10, parents=[ONE_RECORD_ID])}
+        recalls.append(len(want & got) / 10)
+    return round(statistics.mean(recalls), 4)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=100_000)
@@ -255,10 +429,24 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200, help="contacts the memories are spread over")
     parser.add_argument("--calls", type=int, default=300, help="timed calls per org and depth")
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "dossier-bench"))
+    parser.add_argument("--json", action="store_true", help="--one-record: print one JSON line")
+    parser.add_argument("--cold-call", help=argparse.SUPPRESS)
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--scale-only", action="store_true", help="skip the sample org")
     only.add_argument("--sample-only", action="store_true", help="skip the synthetic org")
+    only.add_argument("--one-record", action="store_true", help="one contact holding --memories memories (c)")
     args = parser.parse_args()
+    if args.cold_call:
+        cold_process_call(args.cold_call)
+        return
+    if args.one_record:
+        result = one_record(args)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for key, value in result.items():
+                print(f"{key}: {value}")
+        return
     embedder = OnnxMiniLM()
     embedder.embed_query("warm up")
     seen: set[str] = set()

@@ -7,6 +7,13 @@ Reproduce (from the repository root, after `pip install -e ".[postgres]"`):
     python bench/scale.py --pg-url postgresql://...         # an existing server (default: a pgserver)
     python bench/scale.py --report bench-scale.json         # where the numbers go (appended per run)
     python bench/scale.py --load-only; python bench/scale.py --measure-only   # load now, measure when quiet
+    python bench/scale.py --levels 1000000 --memory-pool 20000 --titles 100 --jitter 0.05   # synthetic vectors
+
+With ``--jitter J`` the vectors are synthetic: every memory text gets a unique suffix ("(note 123)"),
+every section body one too, and a text's vector is its pool text's real vector moved by a small random
+step (J / sqrt(dims) per dimension, seeded by the text; J = 0.05 keeps cosine ~0.999 to the original).
+No two memories then share a vector (a pool of 20,000 texts at 1M memories would otherwise make clusters
+of 50 identical vectors), and only the pools need the model: minutes instead of hours on 2 cores.
 
 What it does, per level (memories; sections are a tenth of them, capped at 100,000):
 
@@ -26,6 +33,8 @@ What it does, per level (memories; sections are a tenth of them, capped at 100,0
    included; each question distinct, so the query cache never hits): p50 and p95 over ``--calls``
    after ``--warmup`` calls that are not counted (the server's buffers and the store's caches fill),
    with the time spent in the store's vector and full-text searches.
+   Then a new process opens the store and answers one call: ``new_process_first_answer_s`` (imports,
+   model, the SQLite store mapping its saved ANN index files) is what a restart costs.
 4. Measures recall@10 of the vector step (``search_vectors`` without parents, memories and sections)
    against exact search (numpy over every vector of that kind), over ``--queries`` questions. A hit
    counts when its exact similarity reaches the 10th best exact similarity (duplicate texts tie).
@@ -39,10 +48,13 @@ import hashlib
 import json
 import os
 import random
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -59,6 +71,7 @@ from dossier.loading import section_text  # noqa: E402
 from dossier.providers.embeddings import Embedder, OnnxMiniLM  # noqa: E402
 
 ORG = "scale"
+_SUFFIX = re.compile(r" \((?:note \d+|ref d\d+-s\d+)\)$")
 MEMORY_POOL = 150_000
 TITLES, SECTIONS_PER_TITLE = 500, 40
 PER_CONTACT = 50
@@ -86,7 +99,7 @@ def section_pool(titles: int = TITLES, seed: int = 12) -> list[tuple[str, list[t
     return pool
 
 
-def bundle(memories: int, sections: int, mem_texts: list[str], sec_pool: list, seed: int = 7) -> dict[str, Any]:
+def bundle(memories: int, sections: int, mem_texts: list[str], sec_pool: list, seed: int = 7, unique: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     contacts = max(1, memories // PER_CONTACT)
     companies = [c.lower() for c in corpus.COMPANIES]
@@ -108,7 +121,8 @@ def bundle(memories: int, sections: int, mem_texts: list[str], sec_pool: list, s
                           "confidence": round(rng.uniform(0.3, 1.0), 2)})  # fmt: skip
     start = datetime(2023, 1, 1, tzinfo=timezone.utc)
     mems = [
-        {"id": f"m{i}", "org": ORG, "record": f"r{rng.randrange(contacts)}", "text": rng.choice(mem_texts),
+        {"id": f"m{i}", "org": ORG, "record": f"r{rng.randrange(contacts)}",
+         "text": rng.choice(mem_texts) + (f" (note {i})" if unique else ""),
          "created_at": (start + timedelta(seconds=61 * i)).isoformat()}
         for i in range(memories)
     ]  # fmt: skip
@@ -116,7 +130,8 @@ def bundle(memories: int, sections: int, mem_texts: list[str], sec_pool: list, s
     for d in range((sections + 7) // 8):
         title, pairs = sec_pool[rng.randrange(len(sec_pool))]
         count = min(8, sections - 8 * d)
-        secs = [{"id": f"d{d}-s{s}", "heading": h, "text": t} for s, (h, t) in enumerate(rng.sample(pairs, count))]
+        secs = [{"id": f"d{d}-s{s}", "heading": h, "text": t + (f" (ref d{d}-s{s})" if unique else "")}
+                for s, (h, t) in enumerate(rng.sample(pairs, count))]
         docs.append({"id": f"d{d}", "org": ORG, "title": title, "doc_type": "policy", "sections": secs})
     return {"orgs": [{"id": ORG}], "callers": [{"id": "bench", "org": ORG, "roles": ["sales"]}],
             "records": records, "memories": mems, "documents": docs, "edges": edges}  # fmt: skip
@@ -154,10 +169,29 @@ class PoolEmbedder(Embedder):
         self.matrix = matrix
         self.row = {t: i for i, t in enumerate(texts)}
         self.extra: dict[str, np.ndarray] = {}  # texts outside the pools (property values), embedded on the way
+        self.jitter = 0.0
+
+    def _jittered(self, text: str) -> np.ndarray:
+        """A pool text with a unique suffix: its real vector moved by a small, fixed (seeded by the text)
+        random step, so that no two memories share a vector yet each sits where its text's meaning is."""
+        base = _SUFFIX.sub("", text)
+        if base not in self.row:
+            if base not in self.extra:
+                self.extra[base] = self.model.embed_batch([base])[0]
+            vector = self.extra[base]
+        else:
+            vector = self.matrix[self.row[base]]
+        if base == text:
+            return vector
+        rng = np.random.default_rng(zlib.crc32(text.encode()))
+        moved = vector + self.jitter * rng.standard_normal(len(vector)).astype(np.float32) / np.sqrt(len(vector))
+        return (moved / np.linalg.norm(moved)).astype(np.float32)
 
     def embed_batch(self, texts: Sequence[str], *, kind: str = "document") -> np.ndarray:  # type: ignore[override]
         if kind == "query":
             return self.model.embed_batch(texts, kind="query")
+        if self.jitter:
+            return np.stack([self._jittered(t) for t in texts])
         missing = [t for t in dict.fromkeys(texts) if t not in self.row and t not in self.extra]
         if missing:
             self.extra.update(zip(missing, self.model.embed_batch(missing)))
@@ -308,7 +342,8 @@ def brief_latency(engine: Engine, emails: list[str], calls: int, warmup: int, se
 
 
 def corpus_rows(embedder: PoolEmbedder, data: dict[str, Any]) -> dict[str, tuple[list[str], np.ndarray]]:
-    """Per kind, the ids of its vectors and the row of each in ``embedder.matrix`` (no 1M x 384 copy)."""
+    """Per kind, the ids of its vectors and the row of each in ``embedder.matrix`` (no 1M x 384 copy), or,
+    with ``--jitter``, the vectors themselves (each memory's is its own)."""
     from dossier.bundle import Document, Section
 
     out = {"memory": ([m["id"] for m in data["memories"]], [m["text"] for m in data["memories"]])}
@@ -319,6 +354,8 @@ def corpus_rows(embedder: PoolEmbedder, data: dict[str, Any]) -> dict[str, tuple
             ids.append(s["id"])
             texts.append(section_text(doc, Section(id=s["id"], heading=s["heading"], text=s["text"])))
     out["section"] = (ids, texts)
+    if embedder.jitter:
+        return {kind: (keys, embedder.embed_batch(texts)) for kind, (keys, texts) in out.items()}
     return {kind: (keys, np.array([embedder.row[t] for t in texts], dtype=np.int64)) for kind, (keys, texts) in out.items()}
 
 
@@ -331,7 +368,8 @@ def vector_recall(engine: Engine, embedder: PoolEmbedder, rows: dict[str, tuple[
         position = {key: i for i, key in enumerate(keys)}
         recalls, latencies, short = [], [], 0
         for q in questions:
-            sims = (embedder.matrix @ q)[pool_rows]  # exact similarity of every vector of this kind
+            # exact similarity of every vector of this kind
+            sims = pool_rows @ q if pool_rows.ndim == 2 else (embedder.matrix @ q)[pool_rows]
             tenth = -np.partition(-sims, 9)[9]  # the 10th best exact similarity
             started = time.perf_counter()
             hits = engine.store.search_vectors(kind, q, org=ORG, limit=10)  # type: ignore[arg-type]
@@ -348,9 +386,10 @@ def vector_recall(engine: Engine, embedder: PoolEmbedder, rows: dict[str, tuple[
 def run_level(kind: str, level: int, args: argparse.Namespace, model: OnnxMiniLM, mem_texts: list[str], sec_pool: list) -> dict[str, Any]:
     sections = min(100_000, level // 10)
     started = time.perf_counter()
-    data = bundle(level, sections, mem_texts, sec_pool)
+    data = bundle(level, sections, mem_texts, sec_pool, unique=bool(args.jitter))
     built = time.perf_counter() - started
     embedder = PoolEmbedder(model, pool_texts(mem_texts, sec_pool), Path(args.cache))
+    embedder.jitter = args.jitter
     store = open_store(kind, level, args)
     engine = Engine(store, embedder=embedder)
     result: dict[str, Any] = {
@@ -397,7 +436,40 @@ def run_level(kind: str, level: int, args: argparse.Namespace, model: OnnxMiniLM
     result["load_average"] = os.getloadavg()
     engine.close()
     gc.unfreeze()
+    result["new_process_first_answer_s"] = first_answer(kind, store.url if kind == "sqlite" else engine_url(args, level), emails[0])
+    print(f"[{kind} {level:,}] a new process answered its first call in {result['new_process_first_answer_s']} s", flush=True)
     return result
+
+
+def engine_url(args: argparse.Namespace, level: int) -> str:
+    """The bench database as a ``postgresql://`` URL (what dossier.open takes)."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {k: str(v) for k, v in conninfo_to_dict(pg_database_url(args.pg_admin_url, f"scale_{level}")).items()}
+    user, password, dbname = params.pop("user", ""), params.pop("password", ""), params.pop("dbname", "")
+    query = urlencode(params)  # host (a socket directory or a name), port: libpq reads them from the query too
+    return f"postgresql://{quote(user)}:{quote(password)}@/{quote(dbname)}" + (f"?{query}" if query else "")
+
+
+def first_answer(kind: str, url: str, email: str) -> float:
+    """Seconds from starting a new Python process to its first brief answer (imports, opening the store,
+    loading the model, mapping the SQLite store's ANN index files: what a restart costs)."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--first-answer", url, email], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().endswith("answered"), done.stdout + done.stderr
+    return round(time.perf_counter() - started, 2)
+
+
+def answer_once(url: str, email: str) -> None:
+    import dossier
+
+    engine = dossier.open(url)
+    engine.retrieve({"mode": "brief", "record": {"email": email}, "message": "What did we agree about annual prepay?"},
+                    org=ORG, caller="bench")  # fmt: skip
+    engine.close()
+    print("answered")
 
 
 def main() -> None:
@@ -416,7 +488,14 @@ def main() -> None:
     parser.add_argument("--load-only", action="store_true", help="load the stores and stop (measure later with --measure-only)")
     parser.add_argument("--memory-pool", type=int, default=MEMORY_POOL, help="distinct memory texts")
     parser.add_argument("--titles", type=int, default=TITLES, help=f"document titles ({SECTIONS_PER_TITLE} distinct sections each)")
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="synthetic vectors: every memory and section text made unique, its vector its pool text's "
+                             "moved by this much noise (0.05: cosine ~0.999), so fewer texts need the model")  # fmt: skip
+    parser.add_argument("--first-answer", nargs=2, metavar=("URL", "EMAIL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.first_answer:
+        answer_once(*args.first_answer)
+        return
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     if "postgres" in args.stores and not args.pg_url:
         args.pg_admin_url = pg_server(Path(args.workdir) / "pg").get_uri()
