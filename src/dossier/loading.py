@@ -25,7 +25,7 @@ import numpy as np
 
 from pydantic import BaseModel, ValidationError
 
-from .bundle import ITEM_MODELS, Bundle, Document, Identifiers, Section, has_value, property_display
+from .bundle import ITEM_MODELS, Bundle, Document, Identifiers, Section, content_hash, has_value, property_display
 from .bundle_source import BundleSource
 from .errors import BundleError, Problem, UsageError
 from .identifiers import clip
@@ -68,10 +68,6 @@ class LoadReport:
             named = ", ".join(f"{name} ({count})" for name, count in fields.items())
             lines.append(f"ignored fields of {list_name}: {named}")
         return lines
-
-
-def content_hash(item: BaseModel) -> str:
-    return hashlib.sha256(item.model_dump_json().encode()).hexdigest()[:32]
 
 
 def text_hash(text: str) -> str:

@@ -16,6 +16,7 @@ from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
 from .fulltext import fts5_query
+from .sqlite_connect import connect
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS
 from .ann import AnnIndexes
 from .sqlite_vectors import SQLiteVectors
@@ -50,12 +51,7 @@ class SQLiteStore:
         self.hnsw_min_rows = hnsw_min_rows
         self._lock = threading.RLock()
         try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            self._db.execute("PRAGMA busy_timeout = 30000")
+            self._db = connect(self.path)
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
@@ -153,13 +149,13 @@ class SQLiteStore:
             db.execute(
                 "INSERT INTO orgs (id, name, hash) VALUES (?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET name = excluded.name, hash = excluded.hash",
-                (require_org(org.id, "write"), org.name, _hash_of(org)),
+                (require_org(org.id, "write"), org.name, org.content_hash),
             )
             touched.add(org.id)
         for caller in batch.callers:
             db.execute(
                 "INSERT OR REPLACE INTO callers VALUES (?, ?, ?, ?)",
-                (require_org(caller.org, "write"), caller.id, json.dumps(list(caller.roles)), _hash_of(caller)),
+                (require_org(caller.org, "write"), caller.id, json.dumps(list(caller.roles)), caller.content_hash),
             )
         for record, digest in batch.records:
             self._write_record(db, record, digest)
@@ -599,12 +595,6 @@ def _chunks(values: list, size: int = 500) -> Iterator[list]:
 def _in_order(ids: Sequence[str], items: list) -> list:
     by_id = {item.id: item for item in items}
     return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
-
-
-def _hash_of(item: Any) -> str:
-    from ..loading import content_hash
-
-    return content_hash(item)
 
 
 def _iso(value: Any) -> str:
