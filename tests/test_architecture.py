@@ -98,8 +98,6 @@ def test_the_floor_imports_no_layer_and_no_source() -> None:
     assert violations("dossier.pipeline", lambda m: within(m, ("dossier.layers", "dossier.sources"))) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the stores still hash orgs and callers with dossier.loading.content_hash; "
-                                       "the store protocol work moves the hash into the bundle model")  # fmt: skip
 def test_stores_never_import_the_loader() -> None:
     assert violations("dossier.stores", lambda m: within(m, ("dossier.loading",))) == []
 
