@@ -80,7 +80,7 @@ def test_the_rules_see_imports() -> None:
     """The parser itself: relative, absolute, function-level and package imports are all found."""
     found = imports_of(PACKAGE / "sources" / "documents.py")
     assert {"dossier.pipeline.call", "dossier.sources", "dossier.stores.base"} <= found
-    assert "dossier.loading" in imports_of(PACKAGE / "stores" / "sqlite.py")  # an import inside a function
+    assert "dossier.stores" in imports_of(PACKAGE / "cli.py")  # an import inside a function (the CLI's are lazy)
     assert violations("dossier.engine", lambda m: within(m, ("dossier.layers",)))  # the engine does use layers
 
 
