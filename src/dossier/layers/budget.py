@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..bundle import property_display
-from ..schema import SOURCE_NAMES, EdgeItem, Route, ExternalItem, MemoryItem, PropertyItem, SectionItem, SourceName, item_key
+from ..schema import SOURCE_NAMES, EdgeItem, ExternalItem, MemoryItem, PropertyItem, SectionItem, SourceName, item_key
 from ..pipeline.call import Call
 
 MIN_CUT_BYTES = 160  # below this, a cut item says too little to be worth its bytes
@@ -72,7 +72,7 @@ def pack(call: Call) -> None:
     total = call.request.budget.totalTokens
     active = [s for s in SOURCE_NAMES if call.candidates[s]]
     allowance = shares(call, active)
-    call.route["budget"] = Route(ran=True, detail={"shares": dict(allowance)})
+    call.decide("budget", ran=True, detail={"shares": dict(allowance)})
     packed: dict[SourceName, list[Any]] = {s: [] for s in SOURCE_NAMES}
     used: dict[SourceName, int] = {s: 0 for s in SOURCE_NAMES}
     waiting: dict[SourceName, list[Any]] = {}

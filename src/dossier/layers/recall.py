@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from ..schema import Route, SourceName, item_key
+from ..schema import SourceName, item_key
 from ..pipeline.call import Call
 from ..pipeline.steps import Failed, Skipped
 
@@ -38,19 +38,17 @@ def _recall(call: Call) -> None:
         # Engine.sources is a tuple of concrete classes whose ``name`` class attributes are inferred as plain
         # ``str``; each is one of the SourceName literals (the Source protocol says so).
         name = cast(SourceName, source.name)
-        route = call.route.setdefault(name, Route())
         result = call.results[name]
         if not call.plan.sources.get(name):
-            route.detail["skipped"] = "not requested"
+            call.decide(name, detail={"skipped": "not requested"})
             continue
-        route.ran = True
+        call.decide(name, ran=True)
         result.status = "empty"
         try:
             found = source.recall(call)
         except Skipped as reason:
             result.status = "skipped"
-            route.ran = False
-            route.detail["skipped"] = str(reason)
+            call.decide(name, ran=False, detail={"skipped": str(reason)})
             continue
         except Failed:
             result.status = "error"

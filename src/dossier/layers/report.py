@@ -1,5 +1,9 @@
 """Layer 12, report: statuses, ``partial``, routes, budget use and the trace, as one response.
 
+The routes are built here, in one place, from what the layers recorded in ``call.events``
+(:mod:`dossier.pipeline.events`): each layer's decisions, the model steps that fell back (the documents
+route's depth) and the failures the call survived (``partial``).
+
 The trace is filtered here, in one place: layers note every candidate they touch (recall notes items
 before governance has judged them), and the caller sees the decisions about items governance cleared
 for it (``Call.cleared``) or that were returned to it. Every other item is counted per layer and
@@ -17,10 +21,12 @@ import re
 from ..deadline import current_deadline
 from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Route, Synthesis, TraceEntry, item_key
 from ..pipeline.call import Call
+from ..pipeline.events import Decision, Event
 
 
 def report(call: Call) -> None:
     assert call.plan is not None
+    call.route = routes(call.events)
     _depth(call)
     _page(call)
     for source in SOURCE_NAMES:
@@ -71,6 +77,20 @@ def report(call: Call) -> None:
     )
 
 
+def routes(events: list[Event]) -> dict[str, Route]:
+    """The routes the layers' decisions describe, in the order they were first decided about."""
+    out: dict[str, Route] = {}
+    for event in events:
+        if isinstance(event, Decision):
+            route = out.setdefault(event.route, Route())
+            for name, value in event.fields.items():
+                setattr(route, name, value)
+            route.detail.update(event.detail)
+            for name, value in event.append.items():
+                route.detail.setdefault(name, []).append(value)
+    return out
+
+
 def _depth(call: Call) -> None:
     """The documents route's depth, from the plan and the model steps that fell back (``call.events``):
     requested and effective depth, the first reason the depth was lowered (unless the documents source
@@ -81,7 +101,8 @@ def _depth(call: Call) -> None:
     fallbacks = call.fallbacks
     documents.requested_depth = plan.requested_depth
     documents.effective_depth = call.effective_depth
-    documents.fallback_reason = documents.fallback_reason or plan.depth_fallback or (fallbacks[0].reason if fallbacks else None)
+    first = plan.depth_fallback or (fallbacks[0].reason if fallbacks else None)
+    documents.fallback_reason = documents.fallback_reason or first
     if fallbacks:
         documents.detail["deep_fallbacks"] = {f.step: f.text for f in fallbacks}
 

@@ -24,7 +24,6 @@ def rerank(call: Call) -> None:
         return
     if plan.mode == "fetch" or (plan.mode == "filter" and not call.message):
         return
-    route = call.route["documents"]
     top = [c for c in call.sections[: call.settings.document_candidates] if c.document_id in call.documents]
     if not top:
         return
@@ -43,7 +42,7 @@ def rerank(call: Call) -> None:
             raise ValueError(f"{len(scores)} scores for {len(top)} texts")
     except Exception as exc:  # noqa: BLE001 - the fused order stands
         call.step_failed("rerank", exc, fallback="fused order")
-        route.detail["rerank"], route.detail["rerank_fallback"] = "failed", "rerank_error"
+        call.decide("documents", detail={"rerank": "failed", "rerank_fallback": "rerank_error"})
         return
     for c, score in zip(top, scores):
         c.rerank = float(score)
@@ -51,4 +50,4 @@ def rerank(call: Call) -> None:
     call.candidates["documents"] = sorted(top, key=lambda c: (-(c.rerank or 0.0), c.section_id)) + [
         c for c in call.sections if c.section_id not in reranked
     ]
-    route.detail["rerank"], route.detail["reranked"] = reranker.name, len(top)
+    call.decide("documents", detail={"rerank": reranker.name, "reranked": len(top)})

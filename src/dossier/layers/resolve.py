@@ -6,7 +6,6 @@ from typing import cast
 
 from ..bundle import Record
 from ..identifiers import IdentifierKind, email_domain
-from ..schema import Route
 from ..pipeline.call import Call, Resolution
 
 MAX_MERGE_CHAIN = 20
@@ -15,8 +14,7 @@ IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "conta
 
 def resolve(call: Call) -> None:
     ref = call.request.record
-    route = Route(ran=ref is not None)
-    call.route["resolve"] = route
+    call.decide("resolve", ran=ref is not None)
     if ref is None:
         return
     kind, value = ref.identifier
@@ -29,34 +27,34 @@ def resolve(call: Call) -> None:
         found = sorted(found, key=lambda r: (r.kind != expected, r.merged_into is not None, r.id))
     if not found:
         call.resolution = Resolution(not_found=True)
-        route.detail["not_found"] = f"no record with {kind} {value!r}"
+        call.decide("resolve", detail={"not_found": f"no record with {kind} {value!r}"})
         return
-    record = _follow_merges(call, found[0], route)
+    record = _follow_merges(call, found[0])
     if record.pending_deletion:
         call.resolution = Resolution(record=record, tombstone=True)
-        route.detail["tombstone"] = True
+        call.decide("resolve", detail={"tombstone": True})
         return
     resolution = Resolution(record=record, merged_from=store.merged_from(record.id, org=org))
     try:
         resolution.aliases = _aliases(call, record, exclude={record.id, *resolution.merged_from})
     except Exception as exc:  # noqa: BLE001 - a failed alias lookup is reported, not fatal
-        route.fallback_reason = "alias_error"
-        route.detail["alias_error"] = f"{type(exc).__name__}: {exc}"
-        call.degrade("resolve", route.detail["alias_error"])
+        error = f"{type(exc).__name__}: {exc}"
+        call.decide("resolve", fallback_reason="alias_error", detail={"alias_error": error})
+        call.degrade("resolve", error)
     call.resolution = resolution
 
 
-def _follow_merges(call: Call, record: Record, route: Route) -> Record:
+def _follow_merges(call: Call, record: Record) -> Record:
     chain = [record.id]
     while record.merged_into and len(chain) <= MAX_MERGE_CHAIN:
         survivors = call.store.get_records([record.merged_into], org=call.org)
         if not survivors or survivors[0].id in chain:
-            route.detail["merge_error"] = f"merge chain of {chain[0]!r} breaks at {record.merged_into!r}"
+            call.decide("resolve", detail={"merge_error": f"merge chain of {chain[0]!r} breaks at {record.merged_into!r}"})
             break
         record = survivors[0]
         chain.append(record.id)
     if len(chain) > 1:
-        route.detail["merged_chain"] = chain
+        call.decide("resolve", detail={"merged_chain": chain})
     return record
 
 

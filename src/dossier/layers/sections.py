@@ -82,7 +82,6 @@ def select_sections(call: Call) -> None:
     candidates = call.sections
     if not candidates or call.planned.mode == "expand":  # an expand page was selected by the call that opened it
         return
-    route = call.route["documents"]
     whole = bool(call.plan and (call.plan.mode == "fetch" or (call.plan.mode == "filter" and not call.message)))
     ranker = _ranker(call, whole=whole)
     if whole:
@@ -107,20 +106,18 @@ def select_sections(call: Call) -> None:
 def _ranker(call: Call, *, whole: bool) -> LinearRanker | None:
     """The learned section ranker for this call, or None where the heuristic ranks: a reranker or a
     model-backed selector ran (deep), or no usable model (the route says why)."""
-    route = call.route["documents"]
     if any(c.rerank is not None for c in call.sections):
-        route.detail["ranker"] = "reranker"
+        call.decide("documents", detail={"ranker": "reranker"})
         return None
     if not whole and call.plan and call.plan.model_steps and uses_model(call.steps.selector):
-        route.detail["ranker"] = "model selector"
+        call.decide("documents", detail={"ranker": "model selector"})
         return None
     try:
         ranker = rankers.for_settings(call.settings.rankers, "sections", SECTION_FEATURES)
     except RankerUnavailable as exc:
-        route.detail["ranker"] = "heuristic"
-        route.detail["ranker_fallback"] = str(exc)
+        call.decide("documents", detail={"ranker": "heuristic", "ranker_fallback": str(exc)})
         return None
-    route.detail["ranker"] = ranker.name
+    call.decide("documents", detail={"ranker": ranker.name})
     return ranker
 
 
@@ -180,7 +177,7 @@ class Decision:
 
 
 def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: LinearRanker) -> list[tuple[SectionCandidate, Confidence, float | None]]:
-    route, settings = call.route["documents"], call.settings
+    settings = call.settings
     rows = section_rows(call, candidates)
     probabilities = ranker.probabilities(rows)
     decision = Decision.of(ranker)
@@ -203,10 +200,10 @@ def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: Linea
 
     chosen, how = decision.choose(ranked, max_picks=settings.max_picks, max_supplementary=settings.max_supplementary,
                                   sibling=sibling)  # fmt: skip
-    route.detail["selector"] = how if how in ("clear_winner", "none") else "ranker"
+    call.decide("documents", detail={"selector": how if how in ("clear_winner", "none") else "ranker"})
     if how == "best_candidate_low":
-        route.detail["fallback"] = how
-    route.detail["lexical_only"] = sum(c.lexical_only for c in candidates)
+        call.decide("documents", detail={"fallback": how})
+    call.decide("documents", detail={"lexical_only": sum(c.lexical_only for c in candidates)})
     return [(c, confidence, p) for c, confidence, p in chosen]
 
 
@@ -230,22 +227,21 @@ def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCand
             continue
         replacement = _same_section(pick, document, sibling, candidates, best.score) or best
         call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
-        call.route["documents"].detail.setdefault("siblings", []).append([pick.section_id, replacement.section_id])
+        call.decide("documents", append={"siblings": [pick.section_id, replacement.section_id]})
         return replacement
     return None
 
 
 def _select_heuristic(call: Call, candidates: list[SectionCandidate]) -> list[tuple[SectionCandidate, Confidence]]:
     """Selection without the learned ranker: cosine thresholds and the selector (heuristic or model)."""
-    route = call.route["documents"]
     t, settings = call.settings.thresholds, call.settings
     ranked = sorted(candidates, key=rank_key)
     lexical_only = [c for c in candidates if c.lexical_only]
     gap = ranked[0].score - (ranked[1].score if len(ranked) > 1 else 0.0)
-    route.detail["lexical_only"] = len(lexical_only)
+    call.decide("documents", detail={"lexical_only": len(lexical_only)})
     chosen: list[tuple[SectionCandidate, Confidence]] = []
     if not lexical_only and ranked[0].score >= t.clear_winner and gap >= t.clear_winner_margin:
-        route.detail["selector"] = "clear_winner"
+        call.decide("documents", detail={"selector": "clear_winner"})
         chosen = _prefer_siblings(call, [(ranked[0], "high")], candidates)
     else:
         picks, by_id = _run_selector(call, candidates)
@@ -258,13 +254,13 @@ def _select_heuristic(call: Call, candidates: list[SectionCandidate]) -> list[tu
             best = ranked[0]
             if best.score >= t.fallback_low:
                 chosen.append((best, "low"))
-                route.detail["fallback"] = "best_candidate_low"
+                call.decide("documents", detail={"fallback": "best_candidate_low"})
     picked = {c.section_id for c, _ in chosen}
     extra = [c for c in ranked if c.section_id not in picked and c.score >= t.supplementary][: settings.max_supplementary]
     chosen.extend((c, "supplementary") for c in extra)
     if not chosen and ranked[0].score >= t.fallback_last:
         chosen.append((ranked[0], "low"))
-        route.detail["fallback"] = "best_candidate_last"
+        call.decide("documents", detail={"fallback": "best_candidate_last"})
     return chosen
 
 
@@ -277,14 +273,13 @@ def _run_selector(call: Call, candidates: list[SectionCandidate]) -> tuple[list[
     """The selector's picks and the candidates they may name. A model-backed selector runs only when the
     plan allows model steps; it sees the masked question; if it fails, or names only sections that do
     not exist, the heuristic picks instead and the route says why."""
-    route = call.route["documents"]
     selector: Selector = call.steps.selector
     t = call.settings.thresholds
     heuristic = HeuristicSelector(floor=t.selector_floor, lexical_weight=t.lexical_weight)
     model = uses_model(selector)
     if call.plan and not call.plan.model_steps:
         selector, model = heuristic, False
-    route.detail["selector"] = selector.name
+    call.decide("documents", detail={"selector": selector.name})
     by_id = {c.section_id: c for c in candidates}
     ordered = sorted(candidates, key=rank_key)
     try:
@@ -294,18 +289,18 @@ def _run_selector(call: Call, candidates: list[SectionCandidate]) -> tuple[list[
         masker = call.masker(fresh=True)
         documents = {i: _masked(call.documents[i], masker) for i in sorted(call.documents)}
         picks = selector.select(masker.mask(call.message), ordered, documents)
-        picks = _known_picks(call, picks, by_id)
-        if not picks and route.detail.get("unknown_picks"):
-            raise ValueError(f"picked only sections that do not exist: {', '.join(route.detail['unknown_picks'])}")
+        picks, unknown = _known_picks(call, picks, by_id)
+        if not picks and unknown:
+            raise ValueError(f"picked only sections that do not exist: {', '.join(unknown)}")
         return picks, by_id
     except Exception as exc:  # noqa: BLE001 - selector failure falls back to the heuristic
-        route.detail["selector"] = heuristic.name
+        call.decide("documents", detail={"selector": heuristic.name})
         if model:
             call.step_failed("select", exc, fallback=heuristic.name)
-            route.detail["selector_fallback"] = "selector_error"
+            call.decide("documents", detail={"selector_fallback": "selector_error"})
         else:
             call.fail("documents", f"selector {selector.name} failed: {type(exc).__name__}: {exc}", keep_items=True)
-            route.fallback_reason = "selector_error"
+            call.decide("documents", fallback_reason="selector_error")
         return heuristic.select(call.message, ordered, call.documents), by_id
 
 
@@ -316,11 +311,10 @@ def _masked(document: Document, masker: Masker) -> Document:
     return document.model_copy(update={"title": masker.mask(document.title), "sections": sections})
 
 
-def _known_picks(call: Call, picks: list[Pick], by_id: dict[str, SectionCandidate]) -> list[Pick]:
-    """Picks that name a section of a candidate document (the catalogue the selector saw). A section the
-    search did not return joins the candidates with its cosine score; ids that exist nowhere are
-    ignored and reported in ``route.detail["unknown_picks"]``."""
-    route = call.route["documents"]
+def _known_picks(call: Call, picks: list[Pick], by_id: dict[str, SectionCandidate]) -> tuple[list[Pick], list[str]]:
+    """Picks that name a section of a candidate document (the catalogue the selector saw), and the ids
+    that exist nowhere. A section the search did not return joins the candidates with its cosine score;
+    ids that exist nowhere are ignored and reported in ``route.detail["unknown_picks"]``."""
     owner = {s.id: d.id for d in call.documents.values() for s in d.sections}
     candidate_docs = {c.document_id for c in by_id.values()}
     known: list[Pick] = []
@@ -335,8 +329,8 @@ def _known_picks(call: Call, picks: list[Pick], by_id: dict[str, SectionCandidat
         else:
             unknown.append(pick.section_id)
     if unknown:
-        route.detail["unknown_picks"] = unknown
-    return known
+        call.decide("documents", detail={"unknown_picks": unknown})
+    return known, unknown
 
 
 def _scored(call: Call, section_id: str, document_id: str) -> SectionCandidate:
@@ -369,7 +363,7 @@ def _prefer_siblings(
                 if best.score >= ratio * pick.score and _qualifier_applies(call, sibling.title[: -len(document.title)]):
                     replacement = _same_section(pick, document, sibling, candidates, best.score) or best
                     call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
-                    call.route["documents"].detail.setdefault("siblings", []).append([pick.section_id, replacement.section_id])
+                    call.decide("documents", append={"siblings": [pick.section_id, replacement.section_id]})
                     break
         if all(replacement.section_id != c.section_id for c, _ in out):
             out.append((replacement, confidence))

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from ..errors import InvalidRequest
-from ..schema import SOURCE_NAMES, Item, Route, SourceName, item_key
+from ..schema import SOURCE_NAMES, Item, SourceName, item_key
 from ..stores.service_base import Session
 from ..pipeline.call import Call, Resolution, Restored
 from .plan import infer_mode
@@ -63,10 +63,8 @@ def restore_session(call: Call) -> None:
         call.candidates[source] = items
         if call.results[source].status == "skipped":
             call.results[source].status = "empty"
-    call.route["session"] = Route(
-        ran=True, backend="session",
-        detail={"opened_by": session.call_id, "page": state["page"] + 1, "returned_before": state["returned"]},
-    )  # fmt: skip
+    opened = {"opened_by": session.call_id, "page": state["page"] + 1, "returned_before": state["returned"]}
+    call.decide("session", ran=True, backend="session", detail=opened)
     call.session = Restored(session=session, state=state, page=frozenset(page))
 
 
@@ -92,10 +90,9 @@ def _keep(call: Call) -> str | None:
     try:
         return _save(call, restored, left)
     except Exception as exc:  # noqa: BLE001 - the page itself is fine; say that no next page can follow
-        route = call.route.setdefault("session", Route())
-        route.fallback_reason = "session_error"
-        route.detail["session_error"] = f"{type(exc).__name__}: {exc}"
-        call.degrade("session", route.detail["session_error"])
+        error = f"{type(exc).__name__}: {exc}"
+        call.decide("session", fallback_reason="session_error", detail={"session_error": error})
+        call.degrade("session", error)
         return None
 
 
@@ -126,8 +123,11 @@ def _save(call: Call, restored: Restored | None, left: dict[str, list[Any]]) -> 
     session = Session(id=sid, org=call.org, caller=call.caller.id, call_id=opened_by,
                       state=json.dumps(state, separators=(",", ":")), created_at=created, last_used=now)  # fmt: skip
     store.put_session(session, idle_before=now - call.settings.service.session_idle_seconds)
-    route = call.route.setdefault("session", Route(ran=True, backend="session"))
-    route.detail["remaining"] = sum(len(v) for v in left.values())
+    remaining = {"remaining": sum(len(v) for v in left.values())}
+    if restored is None:  # a new session (an expand call's route was opened by restore_session)
+        call.decide("session", ran=True, backend="session", detail=remaining)
+    else:
+        call.decide("session", detail=remaining)
     return sid
 
 

@@ -34,7 +34,7 @@ from ..deadline import Deadline, Pending, current_deadline, start_step, within
 from ..errors import NotFound, ProviderTimeout
 from ..providers.llm import ChatModel, Message, Meter, metered
 from ..providers.pii import Masker
-from ..schema import SOURCE_NAMES, PropertyItem, Route, SourceName, SourceResult, Synthesis, item_key
+from ..schema import SOURCE_NAMES, PropertyItem, SourceName, SourceResult, Synthesis, item_key
 from .budget import packed_text
 from ..pipeline.call import Call
 from .model_steps import TITLES
@@ -133,28 +133,27 @@ def synthesize(call: Call) -> None:
     if not call.request.synthesize:
         return
     llm = call.steps.llm
-    route = Route(ran=llm is not None, backend=getattr(llm, "name", None))
-    call.route["synthesize"] = route
+    call.decide("synthesize", ran=llm is not None, backend=getattr(llm, "name", None))
     if llm is None:
-        route.fallback_reason = "no_model"
+        call.decide("synthesize", fallback_reason="no_model")
         call.synthesis = Synthesis(error=NO_MODEL)
         return
     if not call.message:
         call.synthesis = Synthesis(error="synthesis needs a message: the question to answer")
         return
     job = SynthesisJob.of(call, llm)
-    route.detail.update(items=len(job.labels), deferred=call.request.deferred)
+    call.decide("synthesize", detail={"items": len(job.labels), "deferred": call.request.deferred})
     if call.request.deferred:
         call.steps.defer(call.call_id, job.run, org=call.org, caller=call.caller.id)
         call.synthesis = Synthesis(pending=True)
         return
     deadline = current_deadline()
     call.synthesis = job.run() if deadline is None else _by_deadline(call, job, deadline)
-    route.detail["masked"] = len(job.masker.masked)
+    call.decide("synthesize", detail={"masked": len(job.masker.masked)})
     if call.synthesis.error:
-        route.fallback_reason = "synthesis_timeout" if job.timed_out else "synthesis_error"
+        call.decide("synthesize", fallback_reason="synthesis_timeout" if job.timed_out else "synthesis_error")
     if call.synthesis.pending:
-        route.detail["continues_in_background"] = True
+        call.decide("synthesize", detail={"continues_in_background": True})
 
 
 def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..deadline import start_step
 from ..pipeline.visibility import document_verdict
-from ..schema import Filters, Route
+from ..schema import Filters
 from ..pipeline.call import Call
 from ..pipeline.steps import Augmenter, FilterInferrer, InferredFilters, uses_model
 
@@ -84,10 +84,8 @@ class NoAugmenter:
 
 def understand(call: Call) -> None:
     request, settings, u = call.request, call.settings, call.understanding
-    route = Route(ran=True, backend="rules")
-    call.route["understand"] = route
     u.intent = classify_intent(call.message)
-    route.detail["intent"] = u.intent
+    call.decide("understand", ran=True, backend="rules", detail={"intent": u.intent})
     ahead = _start_model_steps(call)
     if request.filters is not None and not request.filters.empty:
         u.filters, u.filters_source = request.filters, "caller"
@@ -101,22 +99,23 @@ def understand(call: Call) -> None:
                           "applied": applied, "reason": inferred.reason, "backend": inferred.backend}  # fmt: skip
             if applied:
                 u.filters, u.filters_source = inferred.filters, "inferred"
-    route.detail["filters"] = u.filters.model_dump() if u.filters else None
-    route.detail["filters_source"] = u.filters_source
+    call.decide("understand", detail={"filters": u.filters.model_dump() if u.filters else None,
+                                      "filters_source": u.filters_source})  # fmt: skip
     if u.inferred:
-        route.detail["inferred_filters"] = u.inferred
+        call.decide("understand", detail={"inferred_filters": u.inferred})
     if request.augmentation:
-        u.rephrasings, route.detail["augmentation"] = list(request.augmentation), "caller"
+        u.rephrasings = list(request.augmentation)
+        call.decide("understand", detail={"augmentation": "caller"})
     elif call.message and call.plan and call.plan.model_steps:
         u.rephrasings = _rephrase(call, ahead.get("rephrase"))
     if any(uses_model(step) for step in (call.steps.filter_inferrer, call.steps.augmenter)) and call.plan:
-        route.backend = "model" if call.plan.model_steps else "rules"
+        call.decide("understand", backend="model" if call.plan.model_steps else "rules")
     query = _EXPLICIT.sub(" ", call.message).strip()
     documents_part, memories_part = split_question(query)
     u.document_query = " ".join([documents_part, *u.rephrasings]).strip()
     u.memory_query = memories_part
     if call.message:
-        route.detail["document_query"], route.detail["memory_query"] = u.document_query, u.memory_query
+        call.decide("understand", detail={"document_query": u.document_query, "memory_query": u.memory_query})
 
 
 # A multi-part question ("What pricing did we discuss, and what discount rules apply?") asks two sources
@@ -219,9 +218,8 @@ def _vocabulary(call: Call) -> Filters:
 
 def _rephrase(call: Call, ahead: Callable[[], Any] | None = None) -> list[str]:
     augmenter = call.steps.augmenter
-    route = call.route["understand"]
     if not uses_model(augmenter):
-        route.detail["augmentation"] = augmenter.name
+        call.decide("understand", detail={"augmentation": augmenter.name})
         return augmenter.rephrase(call.message)
     if not (call.plan and call.plan.model_steps):
         return []
@@ -231,14 +229,14 @@ def _rephrase(call: Call, ahead: Callable[[], Any] | None = None) -> list[str]:
         rephrasings = [masker.unmask(r) for r in asked]
     except Exception as exc:  # noqa: BLE001 - the question alone is searched
         _fell_back(call, "rephrase", exc, "no rephrasings")
-        route.detail["augmentation"] = "none"
+        call.decide("understand", detail={"augmentation": "none"})
         return []
-    route.detail["augmentation"] = augmenter.name
-    route.detail["rephrasings"] = rephrasings
+    call.decide("understand", detail={"augmentation": augmenter.name, "rephrasings": rephrasings})
     return rephrasings
 
 
 def _fell_back(call: Call, step: str, error: Exception, fallback: str) -> None:
     """A model step of this layer failed: the call records it, and this layer's route says so too."""
-    event = call.step_failed(step, error, fallback=fallback)
-    call.route["understand"].detail.setdefault("deep_fallbacks", {})[step] = event.text
+    call.step_failed(step, error, fallback=fallback)
+    mine = {f.step: f.text for f in call.fallbacks if f.step in ("filters", "rephrase")}
+    call.decide("understand", detail={"deep_fallbacks": mine})

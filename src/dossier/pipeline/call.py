@@ -34,7 +34,7 @@ from ..schema import (
 from ..settings import Settings
 from ..stores.base import Store
 from ..stores.service_base import Session
-from .events import Degraded, Event, Fallback
+from .events import Decision, Degraded, Event, Fallback
 from .steps import Steps
 
 
@@ -127,7 +127,7 @@ class Call:
     # page restores SectionItems), every other source its pydantic items
     candidates: dict[SourceName, list[Any]] = field(default_factory=lambda: {s: [] for s in SOURCE_NAMES})
     results: dict[SourceName, SourceResult] = field(default_factory=lambda: {s: SourceResult() for s in SOURCE_NAMES})
-    route: dict[str, Route] = field(default_factory=dict)
+    route: dict[str, Route] = field(default_factory=dict)  # built by report from the events
     documents: dict[str, Document] = field(default_factory=dict)
     trace: list[TraceEntry] = field(default_factory=list)  # every decision; report shows the caller only its own
     full_trace: bool = False  # in-process only (dossier eval): the trace keeps what the caller may not see
@@ -207,6 +207,12 @@ class Call:
         """Whether anything failed that the call survived (``partial``)."""
         return any(isinstance(e, Degraded) for e in self.events)
 
+    def decide(self, route: str, /, *, detail: dict[str, Any] | None = None, append: dict[str, Any] | None = None,
+               **fields: Any) -> None:  # fmt: skip
+        """Record what ``route[route]`` shows: Route fields (``ran=True``, ``backend="hybrid"``), ``detail``
+        keys, or ``append`` entries to a detail list (``append={"siblings": [a, b]}``)."""
+        self.events.append(Decision(route=route, fields=fields, detail=dict(detail or {}), append=dict(append or {})))
+
     def degrade(self, where: str, error: str) -> None:
         """Record a failure the call survives: the response is ``partial``."""
         self.events.append(Degraded(where=where, error=error))
@@ -214,8 +220,8 @@ class Call:
     def enabled(self, source: SourceName) -> bool:
         return bool(self.plan and self.plan.sources.get(source))
 
-    def note(self, source: SourceName, item_id: str, layer: str, decision: Literal["kept", "dropped"], reason: str | None = None,
-             score: float | None = None) -> None:  # fmt: skip
+    def note(self, source: SourceName, item_id: str, layer: str, decision: Literal["kept", "dropped"],
+             reason: str | None = None, score: float | None = None) -> None:  # fmt: skip
         """Record one layer's decision about one item. Any layer may note any candidate, seen or not:
         the response shows the caller only decisions about items governance cleared for it, and merely
         counts the rest (``layers/report.py``)."""

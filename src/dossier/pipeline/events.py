@@ -1,8 +1,9 @@
 """What happened during a call that the response must tell, recorded as it happens and read once.
 
-Layers never rewrite what an earlier layer decided (the plan is frozen once planned). When something
-goes wrong that the call survives, the layer appends an event to ``call.events``; ``report`` builds the
-routes' depth and fallback fields and ``partial`` from them, in one place (layers/report.py). How long
+Layers never rewrite what an earlier layer decided (the plan is frozen once planned), and no layer writes
+a route: each appends events to ``call.events`` (a :class:`Decision` for what a route shows, a
+:class:`Fallback` when a model step fell back, :class:`Degraded` for a failure the call survives), and
+``report`` builds the routes and ``partial`` from them, in one place (layers/report.py). How long
 each layer and model step took is recorded by the call's :class:`~dossier.deadline.Deadline` (model steps
 run on threads of their own, and it is the one thread-safe record of them); report folds it into
 ``route["deadline"]`` in the same place.
@@ -10,7 +11,8 @@ run on threads of their own, and it is the one thread-safe record of them); repo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -37,4 +39,16 @@ class Degraded:
     error: str
 
 
-Event = Fallback | Degraded
+@dataclass(frozen=True)
+class Decision:
+    """What a layer or source decided that ``route[route]`` shows: Route fields (``ran``, ``backend``,
+    ``fallback_reason``), ``detail`` keys set, and ``append`` keys whose lists grow by one entry. The
+    first decision about a route opens it (routes are listed in that order)."""
+
+    route: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    append: dict[str, Any] = field(default_factory=dict)
+
+
+Event = Fallback | Degraded | Decision

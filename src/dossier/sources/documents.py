@@ -72,7 +72,6 @@ class DocumentsSource:
 
     # -- search ------------------------------------------------------------------------------------
     def _search(self, call: Call) -> list[SectionCandidate]:
-        route = call.route["documents"]
         query, limit = self._query_and_limit(call)
         filters = call.understanding.filters
         vector = call.steps.embed_query(query)
@@ -90,15 +89,15 @@ class DocumentsSource:
         if vector_hits is None and text_hits is None:
             raise RuntimeError("vector and full-text search both failed")
         if vector_hits is None:
-            route.backend, route.fallback_reason = "lexical", "vector_error"
+            call.decide("documents", backend="lexical", fallback_reason="vector_error")
         elif text_hits is None:
-            route.backend, route.fallback_reason = "vector", "lexical_error"
+            call.decide("documents", backend="vector", fallback_reason="lexical_error")
         elif call.planned.effective_depth == "fast":
-            route.backend = "vector"
+            call.decide("documents", backend="vector")
         else:
-            route.backend = "hybrid"
+            call.decide("documents", backend="hybrid")
         vector_hits, text_hits = vector_hits or [], text_hits or []
-        route.detail.update(vector_candidates=len(vector_hits), text_candidates=len(text_hits))
+        call.decide("documents", detail={"vector_candidates": len(vector_hits), "text_candidates": len(text_hits)})
         candidates = self._fuse(call, vector_hits, text_hits)
         self._score_lexical_only(call, candidates, vector)
         kept = self._apply_filters(call, candidates, filters)
@@ -127,8 +126,7 @@ class DocumentsSource:
             fused = call.steps.fuse([vector_hits, text_hits], call.settings.rrf_k)
         except Exception as exc:  # noqa: BLE001 - fusion failure falls back to vector ranking
             call.fail("documents", f"fusion failed: {type(exc).__name__}: {exc}", keep_items=True)
-            route = call.route["documents"]
-            route.backend, route.fallback_reason = "vector", "fusion_error"
+            call.decide("documents", backend="vector", fallback_reason="fusion_error")
             fused = {h.id: 1.0 / r for h, r in zip(vector_hits, range(1, len(vector_hits) + 1))}
             fused.update({h.id: 0.0 for h in text_hits if h.id not in fused})  # lexical-only hits stay
         out = [
@@ -178,7 +176,7 @@ class DocumentsSource:
         found = {d.id for d in documents}
         missing = [i for i in ids if i not in found]
         if missing:
-            call.route["documents"].detail["not_found"] = missing
+            call.decide("documents", detail={"not_found": missing})
             for doc_id in missing:
                 call.note("documents", doc_id, "recall", "dropped", "not_found")
         return self._whole(call, documents)
@@ -193,13 +191,12 @@ class DocumentsSource:
 
     def _whole(self, call: Call, documents: list[Document]) -> list[SectionCandidate]:
         """Every section of ``documents``: ranked by the question when there is one, else in order."""
-        route = call.route["documents"]
         candidates = [
             SectionCandidate(section_id=s.id, document_id=d.id, score=0.0, vector_rank=position)
             for d in documents
             for position, s in enumerate(d.sections, start=1)
         ]
-        route.backend, route.detail["ranked"] = "direct", False
+        call.decide("documents", backend="direct", detail={"ranked": False})
         if call.message and candidates:
             query = call.understanding.document_query or call.message
             parents = [d.id for d in documents]
@@ -221,7 +218,7 @@ class DocumentsSource:
                 c.vector_rank, c.text_rank = vector_rank.get(c.section_id), text_rank.get(c.section_id)
                 c.text_score = text_score.get(c.section_id, 0.0)
             candidates.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
-            route.backend, route.detail["ranked"] = ("hybrid" if words else "vector"), True
+            call.decide("documents", backend="hybrid" if words else "vector", detail={"ranked": True})
             self._adapt(call, candidates, vector, limit=len(candidates))
         return candidates
 
@@ -235,7 +232,7 @@ class DocumentsSource:
         try:
             adapter = adapters.load("sections", embedder.model_id, embedder.dimensions)
         except adapters.AdapterUnavailable as exc:
-            call.route["documents"].detail["adapter"] = f"none: {exc}"
+            call.decide("documents", detail={"adapter": f"none: {exc}"})
             return
         documents = sorted({c.document_id for c in candidates})
         hits = call.guarded(
@@ -249,5 +246,5 @@ class DocumentsSource:
         scores = {h.id: h.score for h in hits}
         for c in candidates:
             c.adapted = scores.get(c.section_id)
-        call.route["documents"].detail["adapter"] = "sections"
+        call.decide("documents", detail={"adapter": "sections"})
 

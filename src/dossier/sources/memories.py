@@ -35,18 +35,17 @@ class MemoriesSource:
             raise Skipped("no record" if call.request.record is None else "record not found")
         recent = call.store.recent_memories(record_ids, org=call.org, limit=settings.recent_memories)
         tier1 = [MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at, tier="recent") for m in recent]
-        route = call.route["memories"]
-        route.detail["recent"] = len(tier1)
+        call.decide("memories", detail={"recent": len(tier1)})
         if not call.message:
             return tier1
         if not self._semantic_enabled(call):
-            route.detail["semantic"] = "off for this org"
+            call.decide("memories", detail={"semantic": "off for this org"})
             return tier1
         tier2 = call.guarded("memories", lambda: self._semantic(call, record_ids, tier1), what="semantic memory tier")
         if tier2 is None:
-            route.fallback_reason = "semantic_error"
+            call.decide("memories", fallback_reason="semantic_error")
             return tier1
-        route.detail["semantic"] = len(tier2)
+        call.decide("memories", detail={"semantic": len(tier2)})
         return tier2 + tier1
 
     @staticmethod
@@ -59,14 +58,14 @@ class MemoriesSource:
         """Tier 2: memories close to the question by meaning or by words, the recent tier's own items
         left out, ranked by the learned memory ranker (its probability floor decides what comes back);
         without a usable ranker model, by the heuristic: a cosine floor and reciprocal rank fusion."""
-        settings, route = call.settings, call.route["memories"]
+        settings = call.settings
         query = call.understanding.memory_query or call.message
         vector = call.query_vector() if query == call.message else call.steps.embed_query(query)
         try:
             ranker = rankers.for_settings(settings.rankers, "memories", MEMORY_FEATURES)
         except RankerUnavailable as exc:
             ranker = None
-            route.detail["ranker"], route.detail["ranker_fallback"] = "heuristic", str(exc)
+            call.decide("memories", detail={"ranker": "heuristic", "ranker_fallback": str(exc)})
         wanted = settings.semantic_memories + len(tier1)
         pool = max(wanted, settings.memory_candidates) if ranker is not None else wanted
         hits = call.store.search_vectors("memory", vector, org=call.org, parents=record_ids, limit=pool)
@@ -85,10 +84,10 @@ class MemoriesSource:
             chosen = self._fused(call, [h for h in hits if h.id not in recent], lexical, cosine)
             found = {m.id: m for m in call.store.get_memories(chosen, org=call.org)}
         else:
-            route.detail["ranker"] = ranker.name
+            call.decide("memories", detail={"ranker": ranker.name})
             adapted = adapted_search(call.store, call.steps.embedder(), vector, org=call.org, record_ids=record_ids, pool=pool,
                                      semantic=hits)  # fmt: skip
-            route.detail["adapter"] = "memories" if adapted is not hits else "none"
+            call.decide("memories", detail={"adapter": "memories" if adapted is not hits else "none"})
             chosen, found = self._ranked(call, ranker, query, [h for h in hits if h.id not in recent], lexical,
                                          [h for h in adapted if h.id not in recent])  # fmt: skip
         out = []
