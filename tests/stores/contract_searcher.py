@@ -1,0 +1,157 @@
+"""The :class:`~dossier.stores.base.StoreSearcher` part of the Store contract: full-text and vector search rank
+best first, name each hit's parent, keep to the parents asked, and see the write that came before them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from dossier.bundle import Document, Org, Section
+from dossier.loading import section_text
+from dossier.stores.base import Store, StoreSearcher, VectorWrite, WriteBatch, property_key
+from tests.stores.contract import _contact, _embed, _ids, _memory, make_batch, org_scoped, refuses_a_missing_org, write_world
+_VECTOR = np.zeros(384, dtype=np.float32)
+#: every org-scoped method of StoreSearcher, called well formed
+SEARCHER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
+    "search_text": lambda s, org: s.search_text("section", "discount", org=org, limit=5),
+    "search_vectors": lambda s, org: s.search_vectors("section", _VECTOR, org=org, limit=5),
+}
+
+class SearcherContract:
+    """What every backend's searches do."""
+
+
+    # -- full text -------------------------------------------------------------------------------------
+    def test_search_text_finds_an_exact_code_as_a_phrase(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder)
+        # both courses share 'nw' and 'edu'; only the exact code may match
+        assert _ids(store.search_text("section", "What is NW-EDU-40 about?", org="acme", limit=10)) == ["s-edu-40"]
+        assert _ids(store.search_text("section", "nw-edu-41", org="acme", limit=10)) == ["s-edu-41"]
+        assert store.search_text("section", "NW-EDU-42", org="acme", limit=10) == []
+
+    def test_search_text_ranks_hits_best_first_and_names_their_parent(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder)
+        hits = store.search_text("section", "discount approval", org="acme", limit=10)
+        assert hits[0].id == "s-disc-limits" and hits[0].parent == "d-discounts"
+        assert {h.id for h in hits} == {"s-disc-limits", "s-disc-prepay"}
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert len(store.search_text("section", "discount approval", org="acme", limit=1)) == 1
+
+    def test_search_text_over_memories_and_parents_restriction(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder)
+        hits = store.search_text("memory", "annual renewal prepay", org="acme", limit=10)
+        assert {(h.id, h.parent) for h in hits} == {("m-jane-1", "r-jane"), ("m-jane-2", "r-jane"), ("m-bob-2", "r-bob")}
+        only_bob = store.search_text("memory", "annual renewal prepay", org="acme", limit=10, parents=["r-bob"])
+        assert _ids(only_bob) == ["m-bob-2"]
+        assert store.search_text("memory", "annual renewal prepay", org="acme", limit=10, parents=[]) == []
+        sections = store.search_text("section", "discount", org="acme", limit=10, parents=["d-education", "d-refunds"])
+        assert sections == []
+
+    def test_search_text_among_a_records_many_tied_memories_keeps_the_first_ids(self, store: Store, embedder: Any) -> None:
+        """Identical texts tie on score: the hits past the limit are those whose ids sort later, also when the
+        tie runs past whatever a store shortlists (here 80 ties for a limit of 7), and among several records."""
+        org = "acme"
+        ties = [_memory(org, f"m-tie-{n:03d}", "r-jane" if n % 4 else "r-bob", "Renewal quote sent for the forklift fleet.",
+                        "2024-04-01T00:00:00+00:00") for n in range(80, 0, -1)]  # fmt: skip
+        other = [_memory(org, f"m-x-{n}", "r-jane", f"Forklift fleet note number {n} about the renewal quote and more words.",
+                         "2024-04-02T00:00:00+00:00") for n in range(5)]  # fmt: skip
+        store.write(make_batch(embedder, orgs=[Org(id=org)], records=[_contact(org, "r-jane"), _contact(org, "r-bob")],
+                               memories=ties + other, vectors=False))  # fmt: skip
+        for parents, owners in ((["r-jane"], {"r-jane"}), (["r-jane", "r-bob"], {"r-jane", "r-bob"})):
+            everything = store.search_text("memory", "renewal quote forklift fleet", org=org, limit=200, parents=parents)
+            assert {h.parent for h in everything} == owners
+            assert len(everything) == sum(1 for m in ties + other if m.record in owners)
+            for limit in (1, 7, 60):
+                hits = store.search_text("memory", "renewal quote forklift fleet", org=org, limit=limit, parents=parents)
+                assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in everything[:limit]]
+            assert [(-h.score, h.id) for h in everything] == sorted((-h.score, h.id) for h in everything)
+
+    @pytest.mark.parametrize("query", ["what is the", "", "   ", "?!", "and or not near"])
+    def test_search_text_with_no_search_terms_returns_nothing(self, store: Store, embedder: Any, query: str) -> None:
+        write_world(store, embedder)
+        assert store.search_text("section", query, org="acme", limit=10) == []
+        assert store.search_text("memory", query, org="acme", limit=10) == []
+
+    def test_search_text_treats_query_syntax_as_plain_words(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder)
+        for query in ['"forklift', "forklift*", "forklift OR", "NEAR(forklift)", "text:forklift", "(forklift"]:
+            assert _ids(store.search_text("section", query, org="acme", limit=10)) == ["s-edu-41"], query
+
+    # -- vectors ---------------------------------------------------------------------------------------
+    def test_search_vectors_returns_the_most_similar_first_with_cosine_scores(self, store: Store, embedder: Any) -> None:
+        items = write_world(store, embedder)
+        query = embedder.embed_query("Who has to approve a large discount?")
+        hits = store.search_vectors("section", query, org="acme", limit=10)
+        assert hits[0].id == "s-disc-limits" and hits[0].parent == "d-discounts"
+        assert len(hits) == 6  # every section, no more
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        texts = {s.id: section_text(d, s) for d in items["documents"] for s in d.sections}
+        for hit in hits:
+            assert -1.0 <= hit.score <= 1.0
+            assert hit.score == pytest.approx(float(_embed(embedder, [texts[hit.id]])[0] @ query), abs=1e-4)
+
+    def test_search_vectors_over_memories_and_properties(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder)
+        memory = store.search_vectors("memory", embedder.embed_query("invoice schedule"), org="acme", limit=1)
+        assert [(h.id, h.parent) for h in memory] == [("m-bob-1", "r-bob")]
+        prop = store.search_vectors("property", embedder.embed_query("what month does the contract renew"), org="acme", limit=1)
+        assert [(h.id, h.parent) for h in prop] == [(property_key("r-jane", "renewal_month"), "r-jane")]
+
+    def test_search_vectors_limit_and_parents(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder)
+        query = embedder.embed_query("discount")
+        assert len(store.search_vectors("section", query, org="acme", limit=3)) == 3
+        assert store.search_vectors("section", query, org="acme", limit=0) == []
+        restricted = store.search_vectors("section", query, org="acme", limit=10, parents=["d-education"])
+        assert sorted(_ids(restricted)) == ["s-edu-40", "s-edu-41"]
+        assert len(store.search_vectors("section", query, org="acme", limit=1, parents=["d-education", "d-refunds"])) == 1
+        assert store.search_vectors("section", query, org="acme", limit=10, parents=[]) == []
+        assert store.search_vectors("memory", query, org="acme", limit=10, parents=["r-nobody"]) == []
+
+    def test_search_vectors_on_an_empty_org(self, store: Store, embedder: Any) -> None:
+        assert store.search_vectors("section", embedder.embed_query("anything"), org="acme", limit=5) == []
+
+    @pytest.mark.parametrize("org_row", [True, False], ids=["org-row", "no-org-row"])
+    def test_a_search_sees_the_write_that_followed_it(self, store: Store, embedder: Any, org_row: bool) -> None:
+        items = write_world(store, embedder)
+        query = embedder.embed_query("how do I calibrate the glue dispenser nozzle")
+        store.search_vectors("section", query, org="acme", limit=3)  # warm any cache
+        new = Document(id="d-nozzle", org="acme", title="Dispenser manual",
+                       sections=(Section(id="s-nozzle", heading="Calibrating the nozzle",
+                                         text="To calibrate the glue dispenser nozzle, turn the dial until the bead is 2 mm."),))  # fmt: skip
+        store.write(make_batch(embedder, documents=[new]))
+        assert store.search_vectors("section", query, org="acme", limit=3)[0].id == "s-nozzle"
+        if not org_row:  # the same for an org whose org row was never written
+            store.write(make_batch(embedder, **{k: [i.model_copy(update={"org": "loose"}) for i in v]
+                                                for k, v in items.items() if k in ("records", "documents")}))  # fmt: skip
+            assert store.search_vectors("section", query, org="loose", limit=1)[0].id != "s-nozzle"
+            store.write(make_batch(embedder, documents=[new.model_copy(update={"org": "loose"})]))
+            assert store.search_vectors("section", query, org="loose", limit=1)[0].id == "s-nozzle"
+
+    def test_a_batch_of_vectors_alone_is_seen_by_the_next_search(self, store: Store, embedder: Any) -> None:
+        items = write_world(store, embedder)
+        education = items["documents"][1]
+        forklift = section_text(education, education.sections[1])  # what s-edu-41's vector was made from
+        query = embedder.embed_query("forklift certification")
+        assert store.search_vectors("section", query, org="acme", limit=1)[0].id == "s-edu-41"  # index now cached
+        # give s-edu-40 the very vector of s-edu-41 (a recomputed vector, no item changed)
+        [vector] = _embed(embedder, [forklift])
+        store.write(WriteBatch(vectors=[VectorWrite("acme", "section", "s-edu-40", "d-education", "h", vector)]))
+        top = {hit.id: hit.score for hit in store.search_vectors("section", query, org="acme", limit=2)}
+        assert set(top) == {"s-edu-40", "s-edu-41"}
+        assert top["s-edu-40"] == pytest.approx(top["s-edu-41"], abs=1e-5)  # the new vector, not the cached one
+        assert store.vector_hashes("section", ["s-edu-40"], org="acme") == {"s-edu-40": "h"}
+
+    # -- org required ------------------------------------------------------------------------------
+    def test_it_is_a_searcher(self, store: Store) -> None:
+        assert isinstance(store, StoreSearcher)
+
+    def test_every_org_scoped_method_is_checked(self) -> None:
+        assert org_scoped(StoreSearcher) == set(SEARCHER_SCOPED)
+
+    @pytest.mark.parametrize("org", ["", None], ids=["empty", "none"])
+    @pytest.mark.parametrize("method", sorted(SEARCHER_SCOPED))
+    def test_every_org_scoped_method_refuses_a_missing_org(self, store: Store, embedder: Any, method: str, org: str | None) -> None:
+        refuses_a_missing_org(store, embedder, SEARCHER_SCOPED[method], method, org)
