@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
-from .postgres import _dossier_options
+from .postgres import _dossier_options, trusted
 from .service_sql import Access, SQLServiceStore, Statement
 
 #: ``SERVICE_MIGRATIONS[i]`` moves the service tables from version i to i + 1.
@@ -96,7 +96,7 @@ class PostgresServiceDialect:
                     f"{SERVICE_SCHEMA_VERSION}: upgrade dossier"
                 )
             for script in SERVICE_MIGRATIONS[version:]:
-                conn.execute(script)  # type: ignore[arg-type]
+                conn.execute(trusted(script))
             conn.execute(
                 "INSERT INTO service_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 [str(SERVICE_SCHEMA_VERSION)],
@@ -108,7 +108,7 @@ class PostgresServiceDialect:
                 rows: list[tuple] = []
                 count = -1
                 for sql, params in statements:
-                    cur = conn.execute(sql, params, binary=True)  # type: ignore[arg-type]
+                    cur = conn.execute(trusted(sql), params, binary=True)
                     rows = cur.fetchall() if cur.description else []
                     count = cur.rowcount
                 return rows, count
