@@ -7,6 +7,7 @@ wrote so far. It never holds the engine.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any, Callable, Literal, cast
 import numpy as np
 
 from ..bundle import Caller, Document, Record
-from ..errors import ProviderTimeout
+from ..errors import ProviderError, ProviderTimeout
 from ..providers.llm import Meter
 from ..providers.pii import Masker
 from ..schema import (
@@ -36,6 +37,18 @@ from ..stores.base import Store
 from ..stores.service_base import Session
 from .events import Decision, Degraded, Event, Fallback
 from .steps import Steps
+
+_log = logging.getLogger("dossier")
+
+
+def public_error(exc: BaseException) -> str:
+    """What a caller may read about a failure: the error's class, and its message only where dossier wrote
+    that message for callers (a model's or an external source's ProviderError). A store's or the standard
+    library's messages can name hosts, file paths or SQL: they go to the server's log (``dossier`` logger),
+    never into a response."""
+    if isinstance(exc, ProviderError):
+        return f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -122,7 +135,7 @@ class Call:
     plan: Plan | None = None
     resolution: Resolution = field(default_factory=Resolution)
     understanding: Understanding = field(default_factory=Understanding)
-    # per source: candidates before packing, results, routes. One slot per source: documents hold
+    # per source: candidates before packing, and results. One slot per source: documents hold
     # SectionCandidates from recall until section selection turns them into SectionItems (an expand
     # page restores SectionItems), every other source its pydantic items
     candidates: dict[SourceName, list[Any]] = field(default_factory=lambda: {s: [] for s in SOURCE_NAMES})
@@ -133,7 +146,7 @@ class Call:
     full_trace: bool = False  # in-process only (dossier eval): the trace keeps what the caller may not see
     cleared: set[tuple[str, str]] = field(default_factory=set)  # (source, item id) governance let through
     shares: dict[str, int] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)  # fallbacks and failures, read by report (pipeline/events.py)
+    events: list[Event] = field(default_factory=list)  # decisions, fallbacks, failures (pipeline/events.py)
     synthesis: Synthesis | None = None
     meter: Meter = field(default_factory=Meter)
     session: Restored | None = None  # an expand call's session (restore_session)
@@ -184,7 +197,7 @@ class Call:
         :class:`Fallback` (the documents route says so at the end: ``deep_timeout`` or ``deep_error``),
         and the documents source's error names it."""
         reason = "deep_timeout" if isinstance(error, ProviderTimeout) else "deep_error"
-        text = f"{step} step failed, {fallback} used: {type(error).__name__}: {error}"
+        text = f"{step} step failed, {fallback} used: {public_error(error)}"
         event = Fallback(step=step, reason=reason, fallback=fallback, error=text)
         self.events.append(event)
         if self.enabled("documents"):
@@ -232,7 +245,7 @@ class Call:
     def fail(self, source: SourceName, error: BaseException | str, *, keep_items: bool = False) -> None:
         """Record that ``source`` failed (or degraded, with ``keep_items``) and mark the call partial."""
         result = self.results[source]
-        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        text = error if isinstance(error, str) else public_error(error)
         result.error = text if result.error is None else f"{result.error}; {text}"
         if not keep_items:
             result.status = "error"
@@ -248,5 +261,6 @@ class Call:
         try:
             return step()
         except Exception as exc:  # noqa: BLE001 - every source failure is reported, never raised
-            self.fail(source, f"{what} failed: {type(exc).__name__}: {exc}", keep_items=True)
+            _log.warning("%s of %s failed", what, source, exc_info=exc)
+            self.fail(source, f"{what} failed: {public_error(exc)}", keep_items=True)
             return None
