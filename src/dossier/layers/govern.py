@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..schema import SOURCE_NAMES, SourceName, item_key
-from ..pipeline.call import Call
+from ..pipeline.call import Call, public_error
 from ..pipeline.visibility import document_verdict
 
 
@@ -48,7 +48,7 @@ def _govern_documents(call: Call) -> None:
         for c in items:
             call.note("documents", c.section_id, "govern", "dropped", "visibility_check_failed", c.score)
         call.candidates["documents"] = []
-        call.fail("documents", f"visibility check failed: {type(exc).__name__}: {exc}")
+        call.fail("documents", f"visibility check failed: {public_error(exc)}")
         return
     kept = []
     for c in items:
@@ -84,7 +84,7 @@ def _govern_records(call: Call, source: SourceName, owners: Callable[[Any], list
         live = {r.id for r in call.store.get_records(ids, org=call.org) if not r.pending_deletion}
     except Exception as exc:  # noqa: BLE001 - fail closed
         call.candidates[source] = []
-        call.fail(source, f"visibility check failed: {type(exc).__name__}: {exc}")
+        call.fail(source, f"visibility check failed: {public_error(exc)}")
         return
     kept = []
     for item in items:

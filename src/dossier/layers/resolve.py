@@ -6,7 +6,7 @@ from typing import cast
 
 from ..bundle import Record
 from ..identifiers import IdentifierKind, email_domain
-from ..pipeline.call import Call, Resolution
+from ..pipeline.call import Call, Resolution, public_error
 
 MAX_MERGE_CHAIN = 20
 IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "contact", "website": "company"}
@@ -38,7 +38,7 @@ def resolve(call: Call) -> None:
     try:
         resolution.aliases = _aliases(call, record, exclude={record.id, *resolution.merged_from})
     except Exception as exc:  # noqa: BLE001 - a failed alias lookup is reported, not fatal
-        error = f"{type(exc).__name__}: {exc}"
+        error = public_error(exc)
         call.decide("resolve", fallback_reason="alias_error", detail={"alias_error": error})
         call.degrade("resolve", error)
     call.resolution = resolution

@@ -43,7 +43,7 @@ from ..providers.pii import Masker
 from ..providers.ranker import LinearRanker, RankerUnavailable
 from ..schema import SectionItem
 from ..stores.fulltext import terms
-from ..pipeline.call import Call, SectionCandidate
+from ..pipeline.call import Call, SectionCandidate, public_error
 from ..pipeline.features import SECTION_FEATURES, context_words, section_features
 from ..pipeline.steps import Pick, Selector, uses_model
 
@@ -299,7 +299,7 @@ def _run_selector(call: Call, candidates: list[SectionCandidate]) -> tuple[list[
             call.step_failed("select", exc, fallback=heuristic.name)
             call.decide("documents", detail={"selector_fallback": "selector_error"})
         else:
-            call.fail("documents", f"selector {selector.name} failed: {type(exc).__name__}: {exc}", keep_items=True)
+            call.fail("documents", f"selector {selector.name} failed: {public_error(exc)}", keep_items=True)
             call.decide("documents", fallback_reason="selector_error")
         return heuristic.select(call.message, ordered, call.documents), by_id
 

@@ -31,7 +31,7 @@ from pydantic import TypeAdapter
 from ..errors import InvalidRequest
 from ..schema import SOURCE_NAMES, Item, SourceName, item_key
 from ..stores.service_base import Session
-from ..pipeline.call import Call, Resolution, Restored
+from ..pipeline.call import Call, Resolution, Restored, public_error
 from .plan import infer_mode
 
 _ITEM: TypeAdapter[Any] = TypeAdapter(Item)
@@ -90,7 +90,7 @@ def _keep(call: Call) -> str | None:
     try:
         return _save(call, restored, left)
     except Exception as exc:  # noqa: BLE001 - the page itself is fine; say that no next page can follow
-        error = f"{type(exc).__name__}: {exc}"
+        error = public_error(exc)
         call.decide("session", fallback_reason="session_error", detail={"session_error": error})
         call.degrade("session", error)
         return None

@@ -36,7 +36,7 @@ from ..providers.llm import ChatModel, Message, Meter, metered
 from ..providers.pii import Masker
 from ..schema import SOURCE_NAMES, PropertyItem, SourceName, SourceResult, Synthesis, item_key
 from .budget import packed_text
-from ..pipeline.call import Call
+from ..pipeline.call import Call, public_error
 from .model_steps import TITLES
 
 LABELS: dict[SourceName, str] = {"properties": "P", "memories": "M", "documents": "D", "graph": "G", "external": "X"}
@@ -115,7 +115,7 @@ class SynthesisJob:
             self.timed_out = True
             return Synthesis(answer=None, error=f"synthesis timed out: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported in the synthesis, never raised
-            return Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
+            return Synthesis(answer=None, error=f"synthesis failed: {public_error(exc)}")
         cited = [m.group(1) for m in _CITATION.finditer(out.answer)]
         cited += [label.strip().strip("[]").upper() for label in out.sources_used]
         citations = {label: self.labels[label] for label in dict.fromkeys(cited) if label in self.labels}
@@ -185,7 +185,7 @@ def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis
             f"synthesis timed out: no answer by the call's deadline ({deadline.ms} ms); it goes on in the "
             "background, and its answer can be fetched with the call_id like a deferred one"))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - reported in the synthesis, never raised
-        return Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
+        return Synthesis(answer=None, error=f"synthesis failed: {public_error(exc)}")
     synthesis.usage = None  # a synchronous synthesis is counted in route["model"]
     return synthesis
 
@@ -231,7 +231,7 @@ class DeferredResults:
             with metered(meter):
                 synthesis = work()
         except Exception as exc:  # noqa: BLE001 - a background failure is a result, never lost
-            synthesis = Synthesis(answer=None, error=f"synthesis failed: {type(exc).__name__}: {exc}")
+            synthesis = Synthesis(answer=None, error=f"synthesis failed: {public_error(exc)}")
         synthesis.usage = meter.summary()
         self._finish(call_id, entry, synthesis)
         return synthesis

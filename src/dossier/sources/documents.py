@@ -14,7 +14,7 @@ from ..schema import Filters, SourceName
 from ..providers import adapter as adapters
 from ..stores.base import Hit
 from ..stores.fulltext import codes
-from ..pipeline.call import Call, SectionCandidate
+from ..pipeline.call import Call, SectionCandidate, public_error
 from ..pipeline.visibility import document_verdict
 from . import Skipped
 
@@ -125,7 +125,7 @@ class DocumentsSource:
         try:
             fused = call.steps.fuse([vector_hits, text_hits], call.settings.rrf_k)
         except Exception as exc:  # noqa: BLE001 - fusion failure falls back to vector ranking
-            call.fail("documents", f"fusion failed: {type(exc).__name__}: {exc}", keep_items=True)
+            call.fail("documents", f"fusion failed: {public_error(exc)}", keep_items=True)
             call.decide("documents", backend="vector", fallback_reason="fusion_error")
             fused = {h.id: 1.0 / r for h, r in zip(vector_hits, range(1, len(vector_hits) + 1))}
             fused.update({h.id: 0.0 for h in text_hits if h.id not in fused})  # lexical-only hits stay

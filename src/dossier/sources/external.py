@@ -47,7 +47,7 @@ class HttpJsonSource:
         except TimeoutError as exc:
             raise ProviderTimeout(f"{self.name}: no answer within {timeout:g} s") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ProviderError(f"{self.name}: {exc}") from exc
+            raise ProviderError(f"{self.name}: unreachable ({type(exc).__name__})") from exc
         items = payload.get("items") if isinstance(payload, dict) else None
         if not isinstance(items, list):
             raise ProviderError(f"{self.name}: answer has no 'items' list")
