@@ -17,6 +17,7 @@ and ``route["model"].detail["circuit"]`` the state of each model URL's circuit b
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 from ..deadline import current_deadline
 from ..schema import SOURCE_NAMES, BudgetReport, ResolvedRecord, RetrieveResponse, Route, Synthesis, TraceEntry, item_key
@@ -77,7 +78,7 @@ def report(call: Call) -> None:
     )
 
 
-def routes(events: list[Event]) -> dict[str, Route]:
+def routes(events: Sequence[Event]) -> dict[str, Route]:
     """The routes the layers' decisions describe, in the order they were first decided about."""
     out: dict[str, Route] = {}
     for event in events:
