@@ -12,8 +12,8 @@ the model and measured on its training questions:
    ``other_pick`` (4 of 5); each item carries its relevance.
 3. A more specific sibling document replaces a pick (its title ends with the pick's title and is
    longer, what makes it more specific, "EMEA", is named by the question or the resolved record, and
-   its best section reaches ``sibling_ratio`` of the pick's probability), keeping the same section
-   heading where it has one.
+   its best section reaches ``sibling_ratio`` of the pick's probability or is good enough to be a first
+   pick itself), keeping the same section heading where it has one.
 4. No pick: the best candidate at ``fallback_low`` or above comes as low confidence; unpicked
    candidates at ``supplementary`` or above come as supplementary (up to three). Below that nothing
    comes back: the call abstains.
@@ -193,7 +193,10 @@ def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: Linea
     ranked = sorted(zip(candidates, (float(p) for p in probabilities)), key=lambda cp: (-cp[1], cp[0].section_id))
 
     def sibling(pick: SectionCandidate, p: float) -> tuple[SectionCandidate, float] | None:
-        replacement = _sibling_of(call, pick, candidates, lambda c: p_of.get(c.section_id, 0.0), decision.sibling_ratio * p)
+        # enough of the pick's probability, or good enough to be a pick itself: a sigmoid squeezes the
+        # ratio of two probabilities near the top, so a ratio alone would rarely let a sibling through
+        floor = min(decision.sibling_ratio * p, decision.first_pick)
+        replacement = _sibling_of(call, pick, candidates, lambda c: p_of.get(c.section_id, 0.0), floor)
         if replacement is None:
             return None
         return replacement, p_of.get(replacement.section_id, p)
