@@ -425,17 +425,21 @@ class SQLiteStore:
         else:
             scope, scope_params = f"({fts}.rowid >> {SLOT_BITS}) IN ({','.join('?' * len(slots))})", list(slots)
         # The best rows by rank are picked in the full-text table alone, and only they are joined to their
-        # content rows (ids, org check): a join per match cost ~40% of a search over a large record. Ties on
-        # the last rank taken could hide a row whose id sorts first: then every match is ranked after all.
+        # content rows (ids, org check): a join per match cost ~40% of a search over a large record. When the
+        # last rank taken is tied, rows past the cut could hold ids that sort first: then every row ranked at
+        # or above that tie is joined, and the order by rank, then id, decides.
         fetch = int(limit) + _TIE_SLACK
-        shortlist = (
-            f"SELECT {alias}.id, {alias}.{column}, r.rank FROM (SELECT {fts}.rowid AS rowid, {rank} AS rank FROM {fts} "
-            f"WHERE {fts} MATCH ? AND {scope} ORDER BY rank LIMIT ?) r "
-            f"CROSS JOIN {table} {alias} ON {alias}.rowid = r.rowid WHERE {alias}.org = ? ORDER BY r.rank, 1"
+        matched = f"SELECT {fts}.rowid AS rowid, {rank} AS rank FROM {fts} WHERE {fts} MATCH ? AND {scope}"
+        joined = f"CROSS JOIN {table} {alias} ON {alias}.rowid = r.rowid WHERE {alias}.org = ?"
+        rows = self._query(
+            f"SELECT {alias}.id, {alias}.{column}, r.rank FROM ({matched} ORDER BY rank LIMIT ?) r {joined} ORDER BY r.rank, 1",
+            [match, *scope_params, fetch, org],
         )
-        rows = self._query(shortlist, [match, *scope_params, fetch, org])
         if len(rows) == fetch and rows[int(limit) - 1][2] == rows[-1][2]:
-            rows = self._query(full + f" AND {scope} AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?", [match, *scope_params, org, int(limit)])
+            rows = self._query(
+                f"SELECT {alias}.id, {alias}.{column}, r.rank FROM ({matched}) r {joined} AND r.rank <= ? ORDER BY r.rank, 1 LIMIT ?",
+                [match, *scope_params, org, rows[-1][2], int(limit)],
+            )
         return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows[: int(limit)]]
 
     def _hits(self, sql: str, params: list[Any]) -> list[Hit]:
