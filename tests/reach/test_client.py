@@ -127,10 +127,10 @@ def test_http_errors_are_the_library_errors(served: Served, engine_of: Callable[
             client.load_bundle({"records": []})
         with pytest.raises(dossier.InvalidRequest):
             client.feedback(call_id, 6)
-    with dossier.Client(served.url, served.keys["zoe"]) as other:
-        with pytest.raises(dossier.Forbidden):
+    with dossier.Client(served.url, served.keys["zoe"]) as other:  # another org's call reads like an unknown one
+        with pytest.raises(dossier.NotFound, match=f"no call '{call_id}'"):
             other.result(call_id)
-        with pytest.raises(dossier.Forbidden):
+        with pytest.raises(dossier.NotFound, match=f"no call '{call_id}'"):
             other.feedback(call_id, 3)
     bad = {"memories": [{"id": "m-x", "org": "northwind", "record": "rec-nobody", "text": "hi",
                          "created_at": "2025-01-01T00:00:00Z"}]}  # fmt: skip
