@@ -157,3 +157,23 @@ def test_staged_vectors_spill_to_disk_and_come_back_in_order() -> None:
         assert len(staged) == 25 and staged._db is not None  # past 10 rows, the rows went to a file
         back = [v for chunk in staged.chunks(7) for v in chunk]
     assert [(v.key, v.text_hash, float(v.vector[0])) for v in back] == [(v.key, v.text_hash, float(i)) for i, v in enumerate(vectors)]
+
+
+def test_a_streamed_load_of_new_orgs_on_every_store(store_url: str) -> None:
+    """Items come before the vectors in a streamed write, and the first batch already touches the vector
+    table (a record's old property vectors are dropped): each new org's vector partition (PostgreSQL) must
+    be one the write's own transaction can see. Two new orgs, several chunks, both stores."""
+    data = big_bundle()
+    other = big_bundle(memories=1_200)
+    for list_name, items in other.items():
+        data[list_name] = data[list_name] + [{**item, **({"id": "beta"} if list_name == "orgs" else {"org": "beta"})} for item in items]
+    with dossier.open(store_url, embedder=HashEmbedder()) as engine:
+        report = engine.load_bundle(data)
+        assert report.inserted["memories"] == MEMORIES + 1_200
+        for org, memories in (("acme", MEMORIES), ("beta", 1_200)):
+            counts = engine.store.counts(org=org)
+            assert (counts["memories"], counts["vectors"]) == (memories, memories + 50 * 2 + 30)
+            text = next(m["text"] for m in data["memories"] if m["id"] == "m7" and m["org"] == org)
+            hits = engine.store.search_vectors("memory", HashEmbedder().embed_query(text), org=org, limit=5)
+            assert "m7" in {h.id for h in hits if h.score > 0.9999}
+        assert engine.load_bundle(data).embedded == 0

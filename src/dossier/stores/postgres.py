@@ -210,12 +210,15 @@ class PostgresStore:
         sizes: dict[str, int] = defaultdict(int)  # rows written per table, for the statistics that follow
         orgs: set[str] = set()
         kinds: set[tuple[str, str]] = set()
+        created: dict[str, str] = {}  # vector partitions this transaction attaches (known to all once it commits)
         try:
             with self._transaction(None) as conn:
                 for batch in batches:
                     groups = group_by_org(batch)  # refuses an item without an org before anything is written
-                    for org in sorted({v.org for v in batch.vectors}):
-                        self._ensure_partition(org)  # its own short transaction (creating it here would block)
+                    for org in sorted({v.org for v in batch.vectors} - self._partitions.keys() - created.keys()):
+                        # on this transaction: one attached by another session after this one first touched
+                        # ``vectors`` (deleting a record's old property vectors, say) would stay unseen here
+                        created[org] = self._create_partition(conn, org)
                     for org in sorted(groups):
                         conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
                         write_org(conn.cursor(binary=True), org, groups[org])
@@ -231,6 +234,7 @@ class PostgresStore:
             raise
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL write failed (nothing was written): {exc}") from exc
+        self._partitions.update(created)
         self._text.forget(orgs)
         self._analyze(sizes)
         for org, kind in sorted(kinds):
@@ -248,18 +252,26 @@ class PostgresStore:
         """Create ``org``'s vector partition if it does not exist yet (its own short transaction)."""
         if org in self._partitions:
             return
-        name = "vectors_" + hashlib.sha256(org.encode()).hexdigest()[:20]
         try:
             with self._transaction(org) as conn:
-                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [_PARTITION_LOCK, org])
-                if conn.execute("SELECT 1 FROM vector_partitions WHERE org = %b", [org]).fetchone() is None:
-                    literal = sql.Literal(org).as_string(conn)
-                    for statement in partition_ddl(name, literal):
-                        conn.execute(trusted(statement))
-                    conn.execute("INSERT INTO vector_partitions VALUES (%b, %b)", [org, name])
+                name = self._create_partition(conn, org)
         except psycopg.Error as exc:
             raise StoreError(f"cannot create the vector partition of org {org!r}: {exc}") from exc
         self._partitions[org] = name
+
+    @staticmethod
+    def _create_partition(conn: psycopg.Connection, org: str) -> str:
+        """Create and attach ``org``'s vector partition on ``conn``'s transaction unless it exists; its name
+        (to remember once that transaction commits)."""
+        name = "vectors_" + hashlib.sha256(org.encode()).hexdigest()[:20]
+        conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [_PARTITION_LOCK, org])
+        if conn.execute("SELECT 1 FROM vector_partitions WHERE org = %b", [org]).fetchone() is None:
+            literal = sql.Literal(org).as_string(conn)
+            for statement in partition_ddl(name, literal):
+                conn.execute(trusted(statement))
+            conn.execute("INSERT INTO vector_partitions VALUES (%b, %b)", [org, name])
+        return name
 
     def _index_name(self, org: str, kind: str) -> str:
         return f"{self._partitions[org]}_{kind}_hnsw"
