@@ -41,6 +41,7 @@ CONNECTIVITY, EXPANSION_ADD, EF_SEARCH = 16, 64, 200
 _DIGEST_BYTES = 1 << 16  # the head and tail of an index file that its sidecar's digest covers
 _SAMPLE = 4  # rows at each end of the (org, kind) whose stored vectors an opened file must hold exactly
 _PARALLEL_FROM = 20_000  # rows added at once from which all cores build (one core builds the same graph every time)
+_BUILD_CHUNK = 50_000  # rows read from the database per step of a build
 
 
 class AnnIndex:
@@ -299,17 +300,21 @@ class AnnIndexes:
         """Register (org, kind) (its changes are logged from now on), then build from a snapshot and save."""
         with self._write() as db:
             db.execute("INSERT OR IGNORE INTO vector_indexes (org, kind) VALUES (?, ?)", (org, kind))
-        with self._snapshot() as db:
+        with self._snapshot() as db:  # read a chunk at a time: the build holds the graph, not the rows twice
             seq = int(db.execute("SELECT coalesce(max(seq), 0) FROM vector_log").fetchone()[0])
-            rows = db.execute("SELECT rowid, embedding FROM vectors WHERE org = ? AND kind = ?", (org, kind)).fetchall()
+            total = db.execute("SELECT count(*) FROM vectors WHERE org = ? AND kind = ?", (org, kind)).fetchone()[0]
             ndim = db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-        dims = len(rows[0][1]) // 4 if rows else int(str(ndim[0]).rsplit(":", 1)[1]) if ndim else 1
-        base = new_index(dims)
-        if rows:
-            labels = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows))
-            matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dims)
-            del rows
-            base.add(labels, matrix, threads=build_threads(len(labels)))
+            base: Any = None
+            rows = db.execute("SELECT rowid, embedding FROM vectors WHERE org = ? AND kind = ?", (org, kind))
+            while chunk := rows.fetchmany(_BUILD_CHUNK):
+                dims = len(chunk[0][1]) // 4
+                if base is None:
+                    base = new_index(dims)
+                labels = np.fromiter((r[0] for r in chunk), dtype=np.uint64, count=len(chunk))
+                matrix = np.frombuffer(b"".join(r[1] for r in chunk), dtype=np.float32).reshape(len(chunk), dims)
+                base.add(labels, matrix, threads=build_threads(total))
+        if base is None:  # no rows yet: an empty index of the store's dimensions
+            base = new_index(int(str(ndim[0]).rsplit(":", 1)[1]) if ndim else 1)
         self.builds += 1
         path = self._save(org, kind, base, seq)
         if path is not None:  # answer from the file (mapped), as every later process will
