@@ -239,6 +239,43 @@ def test_the_cli_starts_without_heavy_imports(argv: list[str] | None) -> None:
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+#: what a command that reads a store without embedding must not load (typer's own pydantic aside)
+STORE_HEAVY = ("numpy", "usearch", "torch", "sentence_transformers", "onnxruntime", "fastapi", "starlette", "uvicorn",
+               "mcp", "dossier.engine", "dossier.loading", "dossier.bundle", "dossier.schema", "dossier.service")  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["stats"], 0), (["keys", "list"], 0), (["usage", "--org", "acme"], 0),
+    (["result", "no-such-call", "--org", "acme", "--caller", "ana"], 1),
+], ids=lambda a: " ".join(a[:2]) if isinstance(a, list) else str(a))  # fmt: skip
+def test_store_commands_read_the_store_without_numpy_models_or_the_engine(
+    argv: list[str], code: int, tmp_path: Path, embedder  # type: ignore[no-untyped-def]
+) -> None:
+    """The commands that open a store but never embed (counts, keys, usage, a stored result) answer from
+    the store alone: no numpy, no vector search, no pydantic models of the bundle or the response, no engine.
+    Their answers are the usual ones (checked here on the same run)."""
+    url = f"sqlite:///{tmp_path}/crm.db"
+    with dossier.open(url, embedder=embedder) as engine:
+        engine.load_bundle({"orgs": [{"id": "acme"}], "callers": [{"id": "ana", "org": "acme"}]})
+        Service(engine).create_key("acme", "ana", name="light")
+    program = (
+        "import sys\nfrom dossier import cli\n"
+        f"sys.argv = ['dossier', *{argv!r}, '--db', {url!r}]\n"
+        "try:\n    cli.main()\nexcept SystemExit as exc:\n    code = exc.code or 0\nelse:\n    code = 0\n"
+        f"print('LOADED', code, sorted(m for m in {STORE_HEAVY!r} if m in sys.modules))\n"
+    )  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    [last] = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]
+    assert last == f"LOADED {code} []", done.stdout + done.stderr
+    if argv[0] == "stats":
+        assert re.search(r"acme\s*│\s*1\s*│\s*0", done.stdout), done.stdout  # one caller, no records
+    elif argv[0] == "keys":
+        assert "light" in done.stdout and "1 API key(s)" in done.stdout
+    elif argv[0] == "result":
+        assert "no call 'no-such-call' in org 'acme'" in done.stderr
+
+
 # -- the demo explains what it shows -----------------------------------------------------------------
 def test_the_demo_explains_aliases_and_redistributed_shares_in_one_line_each(tmp_path: Path) -> None:
     result = run("demo", "--db", tmp_path / "demo.db")

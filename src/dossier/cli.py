@@ -379,7 +379,6 @@ def _find_result(url: str, call_id: str, *, org: str, caller: str, wait: float) 
     another process, without loading the engine), waiting up to ``wait`` seconds while it is pending. Without
     one, the org's audit log tells why: no such call in the org (another org's call reads exactly the same),
     a call of another caller, a call that was not deferred, or one that failed before its synthesis."""
-    from .schema import Synthesis
     from .stores import store_from_url
     from .stores.service_base import service_store_from_url
 
@@ -387,6 +386,8 @@ def _find_result(url: str, call_id: str, *, org: str, caller: str, wait: float) 
     try:
         deadline = time.monotonic() + max(wait, 0.0)
         while (stored := store.get_result(call_id, org=org)) is not None and stored.get("caller") == caller:
+            from .schema import Synthesis  # only once there is one to read (an unknown id loads no models)
+
             synthesis = Synthesis.model_validate(stored["synthesis"])
             if not synthesis.pending or time.monotonic() >= deadline:
                 return synthesis

@@ -1,11 +1,18 @@
-"""Storage backends behind one protocol (:class:`~dossier.stores.base.Store`), chosen by URL."""
+"""Storage backends behind one protocol (:class:`~dossier.stores.base.Store`), chosen by URL.
+
+Importing this package is light (no numpy, no pydantic models): the service tables' module and a backend
+are imported when one is opened, so a command that only reads keys or counts starts quickly.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, MissingExtra
-from .base import Store
+
+if TYPE_CHECKING:
+    from .base import Store
 
 DEFAULT_URL = "sqlite:///dossier.db"
 

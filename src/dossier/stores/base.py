@@ -23,13 +23,15 @@ higher is better (cosine similarity for vectors, negated BM25 for full text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Protocol, Sequence, TypeAlias, runtime_checkable
 
-import numpy as np
-
-from ..bundle import Caller, Document, Edge, Memory, Org, Record
 from ..errors import OrgRequired
-from ..identifiers import IdentifierKind
+
+if TYPE_CHECKING:  # annotations only: importing the protocol loads neither numpy nor the bundle's models
+    import numpy as np
+
+    from ..bundle import Caller, Document, Edge, Memory, Org, Record
+    from ..identifiers import IdentifierKind
 
 VectorKind = Literal["section", "memory", "property"]
 TextKind = Literal["section", "memory"]
@@ -52,7 +54,7 @@ class EdgeHop:
 
 #: A store's read of one hop: the walkable edges touching ``frontier``, best first (confidence, weight
 #: descending, then id), at most ``fetch`` of them, and whether that is all of them.
-HopReader = Callable[[list[str], int], tuple[list[Edge], bool]]
+HopReader: TypeAlias = "Callable[[list[str], int], tuple[list[Edge], bool]]"
 
 
 def walk_edges(record_ids: Sequence[str], *, max_hops: int, limit: int, read_hop: HopReader) -> list[EdgeHop]:

@@ -7,19 +7,24 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-import numpy as np
-
-from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section, has_value
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
 from .fulltext import fts5_query
 from .sqlite_connect import connect
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS
-from .ann import AnnIndexes
-from .sqlite_vectors import SQLiteVectors
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..bundle import Caller, Document, Edge, Memory, Org, Record
+    from .ann import AnnIndexes
+    from .sqlite_vectors import SQLiteVectors
+
+# numpy, the bundle's pydantic models and the vector search are imported where they are first used, so a
+# store opened for counts, settings or stored results (the CLI's light commands) loads none of them
 
 _TABLES: dict[str, str] = {
     "org": "orgs", "caller": "callers", "record": "records",
@@ -55,11 +60,24 @@ class SQLiteStore:
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
-        directory = None if self.path == ":memory:" else Path(f"{self.path}-ann")  # the ANN index files
-        self._vectors = SQLiteVectors(
-            self._query, self._lock, AnnIndexes(self._db, self._lock, directory, compact_after=ann_compact_after),
-            hnsw_min_rows=hnsw_min_rows, ann_min_rows=ann_min_rows, cache_bytes=vector_cache_bytes,
-        )  # fmt: skip
+        self._ann_options = {"compact_after": ann_compact_after}
+        self._vector_options = {"hnsw_min_rows": hnsw_min_rows, "ann_min_rows": ann_min_rows,
+                                "cache_bytes": vector_cache_bytes}  # fmt: skip
+        self._vector_search: SQLiteVectors | None = None  # made on first use (numpy, usearch)
+
+    @property
+    def _vectors(self) -> SQLiteVectors:
+        """The vector search (exact numpy, the persisted ANN indexes), made when first needed."""
+        if self._vector_search is None:
+            from .ann import AnnIndexes
+            from .sqlite_vectors import SQLiteVectors
+
+            with self._lock:
+                if self._vector_search is None:
+                    directory = None if self.path == ":memory:" else Path(f"{self.path}-ann")  # the ANN index files
+                    ann = AnnIndexes(self._db, self._lock, directory, **self._ann_options)
+                    self._vector_search = SQLiteVectors(self._query, self._lock, ann, **self._vector_options)
+        return self._vector_search
 
     @property
     def ann(self) -> AnnIndexes:
@@ -69,7 +87,8 @@ class SQLiteStore:
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
-            self._vectors.close()
+            if self._vector_search is not None:
+                self._vector_search.close()
             self._db.close()
 
     def _migrate(self) -> None:
@@ -173,6 +192,8 @@ class SQLiteStore:
                  e.weight, int(e.dst_is_stub), digest),
             )  # fmt: skip
             touched.add(e.org)
+        if batch.vectors:
+            import numpy as np
         for v in batch.vectors:
             blob = np.asarray(v.vector, dtype=np.float32).tobytes()
             # delete, then insert: the vector gets a new rowid and both show in the change log
@@ -188,6 +209,8 @@ class SQLiteStore:
             (require_org(r.org, "write"), r.id, r.kind, ids.email, ids.phone, ids.website, ids.profile_url, domain,
              json.dumps(r.properties), r.merged_into, int(r.pending_deletion), digest),
         )  # fmt: skip
+        from ..bundle import has_value
+
         # a record pending deletion keeps no property vectors: discovery by property never finds it
         keep = [] if r.pending_deletion else [property_key(r.id, n) for n, v in r.properties.items() if has_value(v)]
         db.execute(
@@ -291,11 +314,15 @@ class SQLiteStore:
     # -- reads by id -------------------------------------------------------------------------------
     def get_org(self, *, org: str) -> Org | None:
         require_org(org, "get_org")
+        from ..bundle import Org
+
         rows = self._query("SELECT id, name FROM orgs WHERE id = ?", (org,))
         return Org(id=rows[0][0], name=rows[0][1]) if rows else None
 
     def get_caller(self, caller_id: str, *, org: str) -> Caller | None:
         require_org(org, "get_caller")
+        from ..bundle import Caller
+
         rows = self._query("SELECT id, org, roles FROM callers WHERE org = ? AND id = ?", (org, caller_id))
         return Caller(id=rows[0][0], org=rows[0][1], roles=tuple(json.loads(rows[0][2]))) if rows else None
 
@@ -310,7 +337,7 @@ class SQLiteStore:
                 "SELECT org, id, kind, email, phone, website, profile_url, properties, merged_into, pending_deletion "
                 f"FROM records WHERE org = ? AND {where.format(','.join('?' * len(chunk)))} {tail}"
             )
-            out.extend(_record(row) for row in self._query(sql, [org, *chunk]))
+            out.extend(_records(self._query(sql, [org, *chunk])))
         return out
 
     def get_memories(self, ids: Sequence[str], *, org: str) -> list[Memory]:
@@ -318,11 +345,13 @@ class SQLiteStore:
         out: list[Memory] = []
         for chunk in _chunks(list(ids)):
             sql = f"SELECT org, id, record, text, created_at FROM memories WHERE org = ? AND id IN ({','.join('?' * len(chunk))})"
-            out.extend(_memory(row) for row in self._query(sql, [org, *chunk]))
+            out.extend(_memories(self._query(sql, [org, *chunk])))
         return _in_order(ids, out)
 
     def get_documents(self, ids: Sequence[str], *, org: str) -> list[Document]:
         require_org(org, "get_documents")
+        from ..bundle import Document, Section
+
         out: list[Document] = []
         for chunk in _chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
@@ -484,7 +513,7 @@ class SQLiteStore:
             )
         rows.sort(key=lambda row: row[1])  # ORDER BY created_at DESC, id (sorts are stable)
         rows.sort(key=lambda row: row[4], reverse=True)
-        return [_memory(row) for row in rows[:limit]]
+        return _memories(rows[:limit])
 
     def edges_around(
         self,
@@ -518,7 +547,7 @@ class SQLiteStore:
                 complete = complete and len(got) < fetch
                 rows.extend(got)
             rows.sort(key=lambda r: (-r[6], -r[7], r[1]))  # chunks merged, best first
-            return [_edge(row) for row in rows], complete
+            return _edges(rows), complete
 
         return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop)
 
@@ -605,24 +634,37 @@ def _iso(value: Any) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _record(row: tuple) -> Record:
-    identifiers = Identifiers.model_construct(email=row[3], phone=row[4], website=row[5], profile_url=row[6])
-    return Record.model_construct(
-        org=row[0], id=row[1], kind=row[2], identifiers=identifiers, properties=json.loads(row[7]),
-        merged_into=row[8], pending_deletion=bool(row[9]),
-    )  # fmt: skip
+def _records(rows: Iterable[tuple]) -> list[Record]:
+    from ..bundle import Identifiers, Record
+
+    out = []
+    for row in rows:
+        identifiers = Identifiers.model_construct(email=row[3], phone=row[4], website=row[5], profile_url=row[6])
+        out.append(Record.model_construct(
+            org=row[0], id=row[1], kind=row[2], identifiers=identifiers, properties=json.loads(row[7]),
+            merged_into=row[8], pending_deletion=bool(row[9]),
+        ))  # fmt: skip
+    return out
 
 
-def _memory(row: tuple) -> Memory:
+def _memories(rows: Iterable[tuple]) -> list[Memory]:
     from datetime import datetime
 
-    return Memory.model_construct(
-        org=row[0], id=row[1], record=row[2], text=row[3], created_at=datetime.fromisoformat(row[4])
-    )
+    from ..bundle import Memory
+
+    return [
+        Memory.model_construct(org=row[0], id=row[1], record=row[2], text=row[3], created_at=datetime.fromisoformat(row[4]))
+        for row in rows
+    ]
 
 
-def _edge(row: tuple) -> Edge:
-    return Edge.model_construct(
-        org=row[0], id=row[1], src=row[2], dst=row[3], type=row[4], active=bool(row[5]), confidence=row[6],
-        weight=row[7], dst_is_stub=bool(row[8]),
-    )  # fmt: skip
+def _edges(rows: Iterable[tuple]) -> list[Edge]:
+    from ..bundle import Edge
+
+    return [
+        Edge.model_construct(
+            org=row[0], id=row[1], src=row[2], dst=row[3], type=row[4], active=bool(row[5]), confidence=row[6],
+            weight=row[7], dst_is_stub=bool(row[8]),
+        )  # fmt: skip
+        for row in rows
+    ]
