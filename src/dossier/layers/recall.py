@@ -1,38 +1,66 @@
-"""Layer 5, recall: ask every planned source for candidates; a failing source is reported, not fatal."""
+"""Layer 5, recall: ask every planned source for candidates; a failing source is reported, not fatal.
+
+Sources never see the call: each is given a :class:`SourceQuery` and :class:`SourceTools` built here, and
+returns what it found with the events it wants recorded. This layer alone writes them into the call, in the
+order the source recorded them."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import cast
 
-from ..schema import SourceName, item_key
 from ..pipeline.call import Call
-from ..pipeline.steps import Failed, Skipped
+from ..pipeline.events import Degraded
+from ..pipeline.source_io import Found, SourceEvent, SourceQuery, SourceTools
+from ..schema import SOURCE_NAMES, SourceName, TraceEntry, item_key
 
 
 def recall(call: Call) -> None:
     assert call.plan is not None
-    _prefetch(call)
+    query, tools = source_query(call), source_tools(call)
+    _prefetch(call, query, tools)
     try:
-        _recall(call)
+        _recall(call, query, tools)
     finally:
-        for future in call.prefetched.values():  # a source that did not take its prefetched read
+        for future in call.prefetched.values():  # a read no source took (cancelling a finished one does nothing)
             future.cancel()
         call.prefetched.clear()
 
 
-def _prefetch(call: Call) -> None:
+def source_query(call: Call) -> SourceQuery:
+    """What the sources may read about ``call``."""
+    plan, res, understanding = call.planned, call.resolution, call.understanding
+    return SourceQuery(
+        org=call.org, roles=tuple(call.caller.roles), message=call.message,
+        record_named=call.request.record is not None, record=res.record, tombstone=res.tombstone,
+        merged_from=tuple(res.merged_from), record_ids=tuple(res.record_ids), mode=plan.mode,
+        depth=plan.effective_depth, document_query=understanding.document_query,
+        memory_query=understanding.memory_query, filters=understanding.filters, fetch=tuple(call.request.fetch or ()),
+        settings=call.settings,
+    )  # fmt: skip
+
+
+def source_tools(call: Call) -> SourceTools:
+    """What the sources run with: the call's steps, its one query embedding and its prefetched reads (read only)."""
+    steps = call.steps
+    return SourceTools(store=steps.store, embed_query=steps.embed_query, query_vector=call.query_vector,
+                       embedder=steps.embedder, fuse=steps.fuse, background=steps.background,
+                       prefetched=MappingProxyType(call.prefetched))  # fmt: skip
+
+
+def _prefetch(call: Call, query: SourceQuery, tools: SourceTools) -> None:
     """Let planned sources start their store reads in the background (a failure here is not reported:
     the source then reads in the foreground, where a failure is)."""
     assert call.plan is not None
     for source in call.steps.sources:
         if call.plan.sources.get(source.name):
             try:
-                source.prefetch(call)
+                call.prefetched.update(source.prefetch(query, tools))
             except Exception:  # noqa: BLE001, S110 - the foreground read reports it
                 pass
 
 
-def _recall(call: Call) -> None:
+def _recall(call: Call, query: SourceQuery, tools: SourceTools) -> None:
     assert call.plan is not None
     for source in call.steps.sources:
         # Engine.sources is a tuple of concrete classes whose ``name`` class attributes are inferred as plain
@@ -45,19 +73,33 @@ def _recall(call: Call) -> None:
         call.decide(name, ran=True)
         result.status = "empty"
         try:
-            found = source.recall(call)
-        except Skipped as reason:
-            result.status = "skipped"
-            call.decide(name, ran=False, detail={"skipped": str(reason)})
-            continue
-        except Failed:
-            result.status = "error"
-            call.degrade(name, "failed")  # the source reported its failure with call.fail
-            continue
+            found = source.recall(query, tools)
         except Exception as exc:  # noqa: BLE001 - one source failing never sinks the call
-            call.fail(name, exc)
+            found = Found().stopped(exc)
+        for event in found.events:
+            _record(call, event)
+        if found.skipped is not None:
+            result.status = "skipped"
+            call.decide(name, ran=False, detail={"skipped": found.skipped})
             continue
-        call.candidates[name] = found
+        if found.failed:
+            result.status = "error"
+            call.degrade(name, "failed")  # the source's events said why
+            continue
+        if found.error is not None:
+            call.fail(name, found.error)
+            continue
+        call.candidates[name] = found.items
         if name != "documents":  # the documents source notes its candidates itself, with how each was found
-            for item in found:
+            for item in found.items:
                 call.note(name, item_key(item), "recall", "kept", getattr(item, "tier", None), getattr(item, "score", None))
+
+
+def _record(call: Call, event: SourceEvent) -> None:
+    """Write one event a source recorded into the call."""
+    if isinstance(event, TraceEntry):
+        call.trace.append(event)
+    elif isinstance(event, Degraded) and event.where in SOURCE_NAMES:
+        call.fail(cast(SourceName, event.where), event.error, keep_items=True)  # the source's items stand
+    else:
+        call.events.append(event)

@@ -154,7 +154,7 @@ class Call:
     response: RetrieveResponse | None = None
     _query_vector: np.ndarray | None = None
     _masker: Masker | None = None
-    # store reads started in the background before their layer needs them (see Engine.background)
+    # store reads the sources started in the background before recall needs them (layers/recall.py)
     prefetched: dict[str, Future] = field(default_factory=dict)
 
     @property
@@ -250,11 +250,6 @@ class Call:
         if not keep_items:
             result.status = "error"
         self.degrade(source, text)
-
-    def take(self, key: str, compute: Callable[[], Any]) -> Any:
-        """The result of the read prefetched under ``key`` (its exception, if it failed), else ``compute()``."""
-        future = self.prefetched.pop(key, None)
-        return compute() if future is None else future.result()
 
     def guarded(self, source: SourceName, step: Callable[[], Any], *, what: str) -> Any:
         """Run ``step``; on failure record the error against ``source`` and return None."""

@@ -22,7 +22,8 @@ from ..stores.base import Hit, Store
 from ..stores.service_base import ServiceStore
 
 if TYPE_CHECKING:
-    from .call import Call, SectionCandidate
+    from .call import SectionCandidate
+    from .source_io import Found, SourceQuery, SourceTools
 
 
 # -- sources ---------------------------------------------------------------------------------------------
@@ -31,18 +32,20 @@ class Skipped(Exception):
 
 
 class Failed(Exception):
-    """Raised by a source whose failure it already reported with ``call.fail``; marks it ``error``."""
+    """Raised by a source whose failure its recorded events already tell; marks it ``error``."""
 
 
 class Source(Protocol):
-    """One source of candidates (dossier.sources): ``recall`` returns its candidates for this call;
-    ``prefetch`` may start its store reads in the background before recall asks for them."""
+    """One source of candidates (dossier.sources). ``recall`` returns what it found for one call (its
+    candidates and the events to record: :mod:`dossier.pipeline.source_io`); ``prefetch`` may start its
+    store reads in the background before recall asks for them, and returns them by key
+    (``SourceTools.take`` reads them back). Neither is given the call."""
 
     name: SourceName
 
-    def prefetch(self, call: Call) -> None: ...
+    def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]: ...
 
-    def recall(self, call: Call) -> list[Any]: ...
+    def recall(self, query: SourceQuery, tools: SourceTools) -> Found: ...
 
 
 # -- understanding ---------------------------------------------------------------------------------------

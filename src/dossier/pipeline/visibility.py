@@ -3,21 +3,29 @@ every expand page alike."""
 
 from __future__ import annotations
 
+from typing import Collection
+
 from ..bundle import Document
 from .call import Call
 
 
 def document_verdict(call: Call, document: Document | None) -> str | None:
-    """Why ``document`` must not be returned to this caller, or None when it may be."""
+    """Why ``document`` must not be returned to this call's caller, or None when it may be."""
+    return verdict(document, org=call.org, roles=call.caller.roles, record_ids=call.resolution.record_ids)
+
+
+def verdict(document: Document | None, *, org: str, roles: Collection[str], record_ids: Collection[str]) -> str | None:
+    """Why ``document`` must not be returned to a caller of ``org`` with ``roles``, in a call about
+    ``record_ids`` (the record, its merged-away records and aliases), or None when it may be."""
     if document is None:
         return "not_found"
-    if document.org != call.org:
+    if document.org != org:
         return "other_org"
     if document.is_system:
         return "system_document"
-    roles = document.visible_to_roles
-    if roles is not None and not set(roles) & set(call.caller.roles):
+    allowed = document.visible_to_roles
+    if allowed is not None and not set(allowed) & set(roles):
         return "not_visible"
-    if document.attached_record is not None and document.attached_record not in call.resolution.record_ids:
+    if document.attached_record is not None and document.attached_record not in record_ids:
         return "attached_to_other_record"
     return None

@@ -7,16 +7,18 @@ route says which backend served (``hybrid | vector | lexical``) and why it fell 
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 from ..bundle import Document
 from ..schema import Filters, SourceName
 from ..providers import adapter as adapters
-from ..stores.base import Hit
+from ..stores.base import Hit, Store
 from ..stores.fulltext import codes
-from ..pipeline.call import Call, SectionCandidate, public_error
-from ..pipeline.visibility import document_verdict
+from ..pipeline.call import SectionCandidate, public_error
+from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
 from . import Skipped
+from .context_helpers import guarded
 
 
 def rrf(rankings: list[list[Hit]], k: int, weights: list[float] | None = None) -> dict[str, float]:
@@ -39,83 +41,87 @@ def matches(document: Document, filters: Filters | None) -> bool:
 class DocumentsSource:
     name: SourceName = "documents"
 
-    def recall(self, call: Call) -> list[Any]:
-        mode = call.planned.mode
-        if mode == "fetch":
-            return self._fetch(call)
-        if mode == "filter" and not call.message:
-            return self._filtered(call)
-        if not call.message:
-            raise Skipped("no question")
-        return self._search(call)
+    def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
+        return recalled(lambda found: self._recall(query, tools, found))
 
-    def prefetch(self, call: Call) -> None:
+    def _recall(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[Any]:
+        if query.mode == "fetch":
+            return self._fetch(query, tools, found)
+        if query.mode == "filter" and not query.message:
+            return self._filtered(query, tools, found)
+        if not query.message:
+            raise Skipped("no question")
+        return self._search(query, tools, found)
+
+    def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
         """Start this call's section searches in the background (when the store reads concurrently), so
         that they run while the record's own sources recall; :meth:`_search` then takes their results."""
-        if call.planned.mode == "fetch" or not call.message:
-            return
-        query, limit = self._query_and_limit(call)
-        vector = call.steps.embed_query(query)
-        started = call.steps.background(call.store.search_vectors, "section", vector, org=call.org, limit=limit)
+        if query.mode == "fetch" or not query.message:
+            return {}
+        text, limit = self._query_and_limit(query)
+        vector = tools.embed_query(text)
+        started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
         if started is None:
-            return
-        call.prefetched["documents.vector"] = started
-        if call.planned.effective_depth != "fast":
-            text = call.steps.background(self._text_search, call, query, limit)
-            if text is not None:
-                call.prefetched["documents.text"] = text
+            return {}
+        out = {"documents.vector": started}
+        if query.depth != "fast":
+            words = tools.background(self._text_search, tools.store, query.org, text, limit)
+            if words is not None:
+                out["documents.text"] = words
+        return out
 
     @staticmethod
-    def _query_and_limit(call: Call) -> tuple[str, int]:
-        query = call.understanding.document_query or call.message
-        return query, call.settings.document_candidates * (3 if call.understanding.filters else 1)
+    def _query_and_limit(query: SourceQuery) -> tuple[str, int]:
+        text = query.document_query or query.message
+        return text, query.settings.document_candidates * (3 if query.filters else 1)
 
     # -- search ------------------------------------------------------------------------------------
-    def _search(self, call: Call) -> list[SectionCandidate]:
-        query, limit = self._query_and_limit(call)
-        filters = call.understanding.filters
-        vector = call.steps.embed_query(query)
-        vector_hits = call.guarded(
-            "documents",
-            lambda: call.take("documents.vector", lambda: call.store.search_vectors("section", vector, org=call.org, limit=limit)),
+    def _search(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[SectionCandidate]:
+        text, limit = self._query_and_limit(query)
+        filters, store, org = query.filters, tools.store, query.org
+        vector = tools.embed_query(text)
+        vector_hits = guarded(
+            found, "documents",
+            lambda: tools.take("documents.vector", lambda: store.search_vectors("section", vector, org=org, limit=limit)),
             what="vector search",
-        )
+        )  # fmt: skip
         text_hits: list[Hit] | None = []
-        if call.planned.effective_depth != "fast":
-            text_hits = call.guarded(
-                "documents", lambda: call.take("documents.text", lambda: self._text_search(call, query, limit)),
+        if query.depth != "fast":
+            text_hits = guarded(
+                found, "documents", lambda: tools.take("documents.text", lambda: self._text_search(store, org, text, limit)),
                 what="full-text search",
             )  # fmt: skip
         if vector_hits is None and text_hits is None:
             raise RuntimeError("vector and full-text search both failed")
         if vector_hits is None:
-            call.decide("documents", backend="lexical", fallback_reason="vector_error")
+            found.decide("documents", backend="lexical", fallback_reason="vector_error")
         elif text_hits is None:
-            call.decide("documents", backend="vector", fallback_reason="lexical_error")
-        elif call.planned.effective_depth == "fast":
-            call.decide("documents", backend="vector")
+            found.decide("documents", backend="vector", fallback_reason="lexical_error")
+        elif query.depth == "fast":
+            found.decide("documents", backend="vector")
         else:
-            call.decide("documents", backend="hybrid")
+            found.decide("documents", backend="hybrid")
         vector_hits, text_hits = vector_hits or [], text_hits or []
-        call.decide("documents", detail={"vector_candidates": len(vector_hits), "text_candidates": len(text_hits)})
-        candidates = self._fuse(call, vector_hits, text_hits)
-        self._score_lexical_only(call, candidates, vector)
-        kept = self._apply_filters(call, candidates, filters)
-        self._adapt(call, kept, vector, limit=500)
+        found.decide("documents", detail={"vector_candidates": len(vector_hits), "text_candidates": len(text_hits)})
+        candidates = self._fuse(query, tools, found, vector_hits, text_hits)
+        self._score_lexical_only(query, tools, found, candidates, vector)
+        kept = self._apply_filters(query, tools, found, candidates, filters)
+        self._adapt(query, tools, found, kept, vector, limit=500)
         return kept
 
     @staticmethod
-    def _text_search(call: Call, query: str, limit: int) -> list[Hit]:
+    def _text_search(store: Store, org: str, text: str, limit: int) -> list[Hit]:
         """Full-text hits; sections holding an exact code from the question rank first."""
-        hits = call.store.search_text("section", query, org=call.org, limit=limit)
-        exact = codes(query)
+        hits = store.search_text("section", text, org=org, limit=limit)
+        exact = codes(text)
         if not exact:
             return hits
-        first = call.store.search_text("section", " ".join(exact), org=call.org, limit=limit)
+        first = store.search_text("section", " ".join(exact), org=org, limit=limit)
         seen = {h.id for h in first}
         return first + [h for h in hits if h.id not in seen]
 
-    def _fuse(self, call: Call, vector_hits: list[Hit], text_hits: list[Hit]) -> list[SectionCandidate]:
+    def _fuse(self, query: SourceQuery, tools: SourceTools, found: Found, vector_hits: list[Hit],
+              text_hits: list[Hit]) -> list[SectionCandidate]:  # fmt: skip
         parents = {h.id: h.parent for h in (*vector_hits, *text_hits)}
         cosine = {h.id: h.score for h in vector_hits}
         vector_rank = {h.id: r for r, h in enumerate(vector_hits, start=1)}
@@ -123,10 +129,10 @@ class DocumentsSource:
         best_text = max((h.score for h in text_hits), default=0.0)
         text_score = {h.id: (h.score / best_text if best_text > 0 else 0.0) for h in text_hits}
         try:
-            fused = call.steps.fuse([vector_hits, text_hits], call.settings.rrf_k)
+            fused = tools.fuse([vector_hits, text_hits], query.settings.rrf_k)
         except Exception as exc:  # noqa: BLE001 - fusion failure falls back to vector ranking
-            call.fail("documents", f"fusion failed: {public_error(exc)}", keep_items=True)
-            call.decide("documents", backend="vector", fallback_reason="fusion_error")
+            found.fail("documents", f"fusion failed: {public_error(exc)}")
+            found.decide("documents", backend="vector", fallback_reason="fusion_error")
             fused = {h.id: 1.0 / r for h, r in zip(vector_hits, range(1, len(vector_hits) + 1))}
             fused.update({h.id: 0.0 for h in text_hits if h.id not in fused})  # lexical-only hits stay
         out = [
@@ -137,77 +143,79 @@ class DocumentsSource:
         ]
         out.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
         for c in out:
-            call.note("documents", c.section_id, "recall", "kept", "lexical_only" if c.lexical_only else None, c.score)
+            found.note("documents", c.section_id, "recall", "kept", "lexical_only" if c.lexical_only else None, c.score)
         return out
 
-    def _score_lexical_only(self, call: Call, candidates: list[SectionCandidate], vector) -> None:
+    def _score_lexical_only(self, query: SourceQuery, tools: SourceTools, found: Found,
+                            candidates: list[SectionCandidate], vector) -> None:  # fmt: skip
         """Give lexical-only candidates their cosine score, so thresholds can judge them too."""
         lexical = [c for c in candidates if c.lexical_only]
         if not lexical:
             return
         documents = sorted({c.document_id for c in lexical})
-        hits = call.guarded(
-            "documents",
-            lambda: call.store.search_vectors("section", vector, org=call.org, limit=500, parents=documents),
+        hits = guarded(
+            found, "documents",
+            lambda: tools.store.search_vectors("section", vector, org=query.org, limit=500, parents=documents),
             what="scoring lexical-only candidates",
-        )
+        )  # fmt: skip
         scores = {h.id: h.score for h in hits or []}
         for c in lexical:
             c.score = scores.get(c.section_id, 0.0)
 
-    def _apply_filters(self, call: Call, candidates: list[SectionCandidate], filters: Filters | None) -> list[SectionCandidate]:
+    def _apply_filters(self, query: SourceQuery, tools: SourceTools, found: Found, candidates: list[SectionCandidate],
+                       filters: Filters | None) -> list[SectionCandidate]:  # fmt: skip
         if filters is None or filters.empty:
             return candidates
-        documents = {d.id: d for d in call.store.get_documents(sorted({c.document_id for c in candidates}), org=call.org)}
+        documents = {d.id: d for d in tools.store.get_documents(sorted({c.document_id for c in candidates}), org=query.org)}
         kept = []
         for c in candidates:
             document = documents.get(c.document_id)
             if document is not None and matches(document, filters):
                 kept.append(c)
             else:
-                call.note("documents", c.section_id, "filter", "dropped", "filtered_out", c.score)
+                found.note("documents", c.section_id, "filter", "dropped", "filtered_out", c.score)
         return kept
 
     # -- fetch and filter modes ----------------------------------------------------------------------
-    def _fetch(self, call: Call) -> list[SectionCandidate]:
-        ids = list(dict.fromkeys(call.request.fetch or []))
+    def _fetch(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[SectionCandidate]:
+        ids = list(dict.fromkeys(query.fetch))
         # one this caller may not see reads exactly like one that does not exist: not found, nothing ranked
-        documents = [d for d in call.store.get_documents(ids, org=call.org) if document_verdict(call, d) is None]
-        found = {d.id for d in documents}
-        missing = [i for i in ids if i not in found]
+        documents = [d for d in tools.store.get_documents(ids, org=query.org) if query.document_verdict(d) is None]
+        present = {d.id for d in documents}
+        missing = [i for i in ids if i not in present]
         if missing:
-            call.decide("documents", detail={"not_found": missing})
+            found.decide("documents", detail={"not_found": missing})
             for doc_id in missing:
-                call.note("documents", doc_id, "recall", "dropped", "not_found")
-        return self._whole(call, documents)
+                found.note("documents", doc_id, "recall", "dropped", "not_found")
+        return self._whole(query, tools, found, documents)
 
-    def _filtered(self, call: Call) -> list[SectionCandidate]:
-        filters = call.understanding.filters
+    def _filtered(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[SectionCandidate]:
+        filters = query.filters
         assert filters is not None  # filter mode without a question has the caller's filters (plan checks)
-        documents = call.store.find_documents(
-            org=call.org, doc_types=filters.doc_types, tags=filters.tags, limit=call.settings.max_fetch_ids
+        documents = tools.store.find_documents(
+            org=query.org, doc_types=filters.doc_types, tags=filters.tags, limit=query.settings.max_fetch_ids
         )
-        return self._whole(call, documents)
+        return self._whole(query, tools, found, documents)
 
-    def _whole(self, call: Call, documents: list[Document]) -> list[SectionCandidate]:
+    def _whole(self, query: SourceQuery, tools: SourceTools, found: Found, documents: list[Document]) -> list[SectionCandidate]:
         """Every section of ``documents``: ranked by the question when there is one, else in order."""
         candidates = [
             SectionCandidate(section_id=s.id, document_id=d.id, score=0.0, vector_rank=position)
             for d in documents
             for position, s in enumerate(d.sections, start=1)
         ]
-        call.decide("documents", backend="direct", detail={"ranked": False})
-        if call.message and candidates:
-            query = call.understanding.document_query or call.message
+        found.decide("documents", backend="direct", detail={"ranked": False})
+        if query.message and candidates:
+            text = query.document_query or query.message
             parents = [d.id for d in documents]
-            vector = call.steps.embed_query(query)
-            hits = call.store.search_vectors("section", vector, org=call.org, limit=len(candidates), parents=parents)
-            words = call.guarded(
-                "documents",
-                lambda: call.store.search_text("section", query, org=call.org, limit=len(candidates), parents=parents),
+            vector = tools.embed_query(text)
+            hits = tools.store.search_vectors("section", vector, org=query.org, limit=len(candidates), parents=parents)
+            words = guarded(
+                found, "documents",
+                lambda: tools.store.search_text("section", text, org=query.org, limit=len(candidates), parents=parents),
                 what="full-text ranking",
-            )
-            fused = call.steps.fuse([hits, words or []], call.settings.rrf_k)
+            )  # fmt: skip
+            fused = tools.fuse([hits, words or []], query.settings.rrf_k)
             scores = {h.id: h.score for h in hits}
             vector_rank = {h.id: r for r, h in enumerate(hits, start=1)}
             text_rank = {h.id: r for r, h in enumerate(words or [], start=1)}
@@ -218,27 +226,28 @@ class DocumentsSource:
                 c.vector_rank, c.text_rank = vector_rank.get(c.section_id), text_rank.get(c.section_id)
                 c.text_score = text_score.get(c.section_id, 0.0)
             candidates.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
-            call.decide("documents", backend="hybrid" if words else "vector", detail={"ranked": True})
-            self._adapt(call, candidates, vector, limit=len(candidates))
+            found.decide("documents", backend="hybrid" if words else "vector", detail={"ranked": True})
+            self._adapt(query, tools, found, candidates, vector, limit=len(candidates))
         return candidates
 
     @staticmethod
-    def _adapt(call: Call, candidates: list[SectionCandidate], vector, *, limit: int) -> None:
+    def _adapt(query: SourceQuery, tools: SourceTools, found: Found, candidates: list[SectionCandidate], vector, *,
+               limit: int) -> None:  # fmt: skip
         """Each candidate's cosine to the adapted query (a ranker feature), searched within the candidates'
         documents; where no adapter fits the store's model the route says why and the feature is the plain cosine."""
         if not candidates:
             return
-        embedder = call.steps.embedder()
+        embedder = tools.embedder()
         try:
             adapter = adapters.load("sections", embedder.model_id, embedder.dimensions)
         except adapters.AdapterUnavailable as exc:
-            call.decide("documents", detail={"adapter": f"none: {exc}"})
+            found.decide("documents", detail={"adapter": f"none: {exc}"})
             return
         documents = sorted({c.document_id for c in candidates})
-        hits = call.guarded(
-            "documents",
-            lambda: call.store.search_vectors("section", adapter.apply(vector), org=call.org, limit=max(limit, len(candidates)),
-                                              parents=documents),
+        hits = guarded(
+            found, "documents",
+            lambda: tools.store.search_vectors("section", adapter.apply(vector), org=query.org,
+                                               limit=max(limit, len(candidates)), parents=documents),
             what="adapted vector scoring",
         )  # fmt: skip
         if hits is None:
@@ -246,5 +255,4 @@ class DocumentsSource:
         scores = {h.id: h.score for h in hits}
         for c in candidates:
             c.adapted = scores.get(c.section_id)
-        call.decide("documents", detail={"adapter": "sections"})
-
+        found.decide("documents", detail={"adapter": "sections"})

@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..pipeline.call import Call
 from ..errors import ProviderError, ProviderTimeout
+from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
 from ..schema import ExternalItem, SourceName
 from . import Failed, Skipped
+from .context_helpers import guarded
 
 
 class ExternalAdapter(Protocol):
@@ -65,27 +67,31 @@ class ExternalSource:
 
     name: SourceName = "external"
 
-    def prefetch(self, call: Call) -> None:
+    def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
         """Nothing to start ahead: this source's reads are quick, or depend on each other."""
+        return {}
 
     def __init__(self, adapters: dict[str, ExternalAdapter]) -> None:
         self.adapters = adapters
 
-    def recall(self, call: Call) -> list[Any]:
+    def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
+        return recalled(lambda found: self._recall(query, found))
+
+    def _recall(self, query: SourceQuery, found: Found) -> list[Any]:
         if not self.adapters:
             raise Skipped("no external source is registered")
-        res = call.resolution
         record = None
-        if res.record is not None:
-            record = {"id": res.record.id, "kind": res.record.kind, "tombstone": res.tombstone}
+        if query.record is not None:
+            record = {"id": query.record.id, "kind": query.record.kind, "tombstone": query.tombstone}
         items: list[ExternalItem] = []
         failures = 0
         for name, adapter in sorted(self.adapters.items()):
-            got = call.guarded(
-                "external",
-                lambda: adapter.fetch(org=call.org, record=record, message=call.message, timeout=call.settings.external_timeout),
+            got = guarded(
+                found, "external",
+                lambda: adapter.fetch(org=query.org, record=record, message=query.message,
+                                      timeout=query.settings.external_timeout),
                 what=f"external source {name}",
-            )
+            )  # fmt: skip
             if got is None:
                 failures += 1
             else:

@@ -2,33 +2,34 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
-from ..pipeline.call import Call
+from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
 from ..schema import EdgeItem, SourceName
-from ..stores.base import EdgeHop
+from ..stores.base import EdgeHop, Store
 from . import Skipped
 
 
 class GraphSource:
     name: SourceName = "graph"
 
-    def prefetch(self, call: Call) -> None:
+    def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
         """Start the walk in the background (when the store reads concurrently); :meth:`recall` takes it."""
-        res = call.resolution
-        if res.tombstone or res.record is None:
-            return
-        started = call.steps.background(self._walk, call)
-        if started is not None:
-            call.prefetched["graph.walk"] = started
+        if query.tombstone or query.record is None:
+            return {}
+        started = tools.background(self._walk, query, tools.store)
+        return {} if started is None else {"graph.walk": started}
 
-    def recall(self, call: Call) -> list[Any]:
-        res = call.resolution
-        if res.tombstone:
+    def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
+        return recalled(lambda found: self._recall(query, tools))
+
+    def _recall(self, query: SourceQuery, tools: SourceTools) -> list[Any]:
+        if query.tombstone:
             raise Skipped("record is pending deletion")
-        if res.record is None:
-            raise Skipped("no record" if call.request.record is None else "record not found")
-        hops = call.take("graph.walk", lambda: self._walk(call))
+        if query.record is None:
+            raise Skipped("record not found" if query.record_named else "no record")
+        hops = tools.take("graph.walk", lambda: self._walk(query, tools.store))
         return [
             EdgeItem(id=h.edge.id, src=h.edge.src, dst=h.edge.dst, type=h.edge.type, confidence=h.edge.confidence,
                      weight=h.edge.weight, hops=h.hops)  # fmt: skip
@@ -36,10 +37,10 @@ class GraphSource:
         ]
 
     @staticmethod
-    def _walk(call: Call) -> list[EdgeHop]:
-        res, settings = call.resolution, call.settings
-        assert res.record is not None  # recall and prefetch walk only around a resolved record
-        return call.store.edges_around(
-            [res.record.id, *res.merged_from], org=call.org, max_hops=settings.graph_max_hops,
+    def _walk(query: SourceQuery, store: Store) -> list[EdgeHop]:
+        settings = query.settings
+        assert query.record is not None  # recall and prefetch walk only around a resolved record
+        return store.edges_around(
+            [query.record.id, *query.merged_from], org=query.org, max_hops=settings.graph_max_hops,
             limit=settings.graph_max_edges, include_stubs=settings.include_stub_edges,
         )  # fmt: skip

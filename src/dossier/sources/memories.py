@@ -3,14 +3,15 @@ and, for a question, the semantically closest others. Tier 1 survives any failur
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..bundle import Memory
 
-from ..pipeline.call import Call
 from ..pipeline.features import MEMORY_FEATURES, MemoryEvidence, memory_features
+from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
 from ..providers import adapter as adapters
 from ..providers import ranker as rankers
 from ..providers.ranker import RankerUnavailable
@@ -18,119 +19,127 @@ from ..schema import MemoryItem, SourceName
 from ..providers.embeddings import Embedder
 from ..stores.base import Hit, Store
 from . import Skipped
+from .context_helpers import guarded
 
 
 class MemoriesSource:
     name: SourceName = "memories"
 
-    def prefetch(self, call: Call) -> None:
+    def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
         """Nothing to start ahead: this source's reads are quick, or depend on each other."""
+        return {}
 
-    def recall(self, call: Call) -> list[Any]:
-        res, settings = call.resolution, call.settings
-        if res.tombstone:
+    def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
+        return recalled(lambda found: self._recall(query, tools, found))
+
+    def _recall(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[Any]:
+        settings = query.settings
+        if query.tombstone:
             raise Skipped("record is pending deletion")
-        record_ids = res.record_ids
+        record_ids = list(query.record_ids)
         if not record_ids:
-            raise Skipped("no record" if call.request.record is None else "record not found")
-        recent = call.store.recent_memories(record_ids, org=call.org, limit=settings.recent_memories)
+            raise Skipped("record not found" if query.record_named else "no record")
+        recent = tools.store.recent_memories(record_ids, org=query.org, limit=settings.recent_memories)
         tier1 = [MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at, tier="recent") for m in recent]
-        call.decide("memories", detail={"recent": len(tier1)})
-        if not call.message:
+        found.decide("memories", detail={"recent": len(tier1)})
+        if not query.message:
             return tier1
-        if not self._semantic_enabled(call):
-            call.decide("memories", detail={"semantic": "off for this org"})
+        if not self._semantic_enabled(query):
+            found.decide("memories", detail={"semantic": "off for this org"})
             return tier1
-        tier2 = call.guarded("memories", lambda: self._semantic(call, record_ids, tier1), what="semantic memory tier")
+        tier2 = guarded(found, "memories", lambda: self._semantic(query, tools, found, record_ids, tier1),
+                        what="semantic memory tier")  # fmt: skip
         if tier2 is None:
-            call.decide("memories", fallback_reason="semantic_error")
+            found.decide("memories", fallback_reason="semantic_error")
             return tier1
-        call.decide("memories", detail={"semantic": len(tier2)})
+        found.decide("memories", detail={"semantic": len(tier2)})
         return tier2 + tier1
 
     @staticmethod
-    def _semantic_enabled(call: Call) -> bool:
-        settings = call.settings
+    def _semantic_enabled(query: SourceQuery) -> bool:
+        settings = query.settings
         allow = settings.semantic_memory_orgs
-        return settings.semantic_memories_enabled and (allow is None or call.org in allow)
+        return settings.semantic_memories_enabled and (allow is None or query.org in allow)
 
-    def _semantic(self, call: Call, record_ids: list[str], tier1: list[MemoryItem]) -> list[MemoryItem]:
+    def _semantic(self, query: SourceQuery, tools: SourceTools, found: Found, record_ids: list[str],
+                  tier1: list[MemoryItem]) -> list[MemoryItem]:  # fmt: skip
         """Tier 2: memories close to the question by meaning or by words, the recent tier's own items
         left out, ranked by the learned memory ranker (its probability floor decides what comes back);
         without a usable ranker model, by the heuristic: a cosine floor and reciprocal rank fusion."""
-        settings = call.settings
-        query = call.understanding.memory_query or call.message
-        vector = call.query_vector() if query == call.message else call.steps.embed_query(query)
+        settings, store, org = query.settings, tools.store, query.org
+        text = query.memory_query or query.message
+        vector = tools.query_vector() if text == query.message else tools.embed_query(text)
         try:
             ranker = rankers.for_settings(settings.rankers, "memories", MEMORY_FEATURES)
         except RankerUnavailable as exc:
             ranker = None
-            call.decide("memories", detail={"ranker": "heuristic", "ranker_fallback": str(exc)})
+            found.decide("memories", detail={"ranker": "heuristic", "ranker_fallback": str(exc)})
         wanted = settings.semantic_memories + len(tier1)
         pool = max(wanted, settings.memory_candidates) if ranker is not None else wanted
-        hits = call.store.search_vectors("memory", vector, org=call.org, parents=record_ids, limit=pool)
+        hits = store.search_vectors("memory", vector, org=org, parents=record_ids, limit=pool)
         recent = {m.id: m for m in tier1}
         cosine = {h.id: h.score for h in hits}
         for memory_id, score in cosine.items():
             if memory_id in recent:
                 recent[memory_id].score = score
-        words = call.guarded(
-            "memories",
-            lambda: call.store.search_text("memory", query, org=call.org, parents=record_ids, limit=pool),
+        words = guarded(
+            found, "memories",
+            lambda: store.search_text("memory", text, org=org, parents=record_ids, limit=pool),
             what="full-text memory search",
-        )
+        )  # fmt: skip
         lexical = [h for h in words or [] if h.id not in recent]
         if ranker is None:
-            chosen = self._fused(call, [h for h in hits if h.id not in recent], lexical, cosine)
-            found = {m.id: m for m in call.store.get_memories(chosen, org=call.org)}
+            chosen = self._fused(query, tools, found, [h for h in hits if h.id not in recent], lexical)
+            kept = {m.id: m for m in store.get_memories(chosen, org=org)}
         else:
-            call.decide("memories", detail={"ranker": ranker.name})
-            adapted = adapted_search(call.store, call.steps.embedder(), vector, org=call.org, record_ids=record_ids, pool=pool,
+            found.decide("memories", detail={"ranker": ranker.name})
+            adapted = adapted_search(store, tools.embedder(), vector, org=org, record_ids=record_ids, pool=pool,
                                      semantic=hits)  # fmt: skip
-            call.decide("memories", detail={"adapter": "memories" if adapted is not hits else "none"})
-            chosen, found = self._ranked(call, ranker, query, [h for h in hits if h.id not in recent], lexical,
-                                         [h for h in adapted if h.id not in recent])  # fmt: skip
+            found.decide("memories", detail={"adapter": "memories" if adapted is not hits else "none"})
+            chosen, kept = self._ranked(query, tools, found, ranker, text, [h for h in hits if h.id not in recent],
+                                        lexical, [h for h in adapted if h.id not in recent])  # fmt: skip
         out = []
         for memory_id in chosen:
-            m = found.get(memory_id)
+            m = kept.get(memory_id)
             if m is not None:
                 out.append(MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at,
                                       tier="semantic", score=cosine.get(m.id)))  # fmt: skip
         return out
 
     @staticmethod
-    def _fused(call: Call, semantic: list, lexical: list, cosine: dict[str, float]) -> list[str]:
-        settings = call.settings
+    def _fused(query: SourceQuery, tools: SourceTools, found: Found, semantic: list, lexical: list) -> list[str]:
+        settings = query.settings
         floor = settings.thresholds.memory_semantic
         above = [h for h in semantic if h.score >= floor]
         fused = (
-            call.steps.fuse([above, lexical], settings.memory_rrf_k, [1.0, settings.memory_text_weight])
+            tools.fuse([above, lexical], settings.memory_rrf_k, [1.0, settings.memory_text_weight])
             if lexical
             else {h.id: 1.0 / (i + 60) for i, h in enumerate(above)}
         )
         chosen = sorted(fused, key=lambda i: (-fused[i], i))[: settings.semantic_memories]
         for hit in semantic:
             if hit.score < floor and hit.id not in chosen:
-                call.note("memories", hit.id, "recall", "dropped", "below_threshold", hit.score)
+                found.note("memories", hit.id, "recall", "dropped", "below_threshold", hit.score)
         return chosen
 
     @staticmethod
-    def _ranked(call: Call, ranker, query: str, semantic: list, lexical: list, adapted: list) -> tuple[list[str], dict]:
+    def _ranked(query: SourceQuery, tools: SourceTools, found: Found, ranker, text: str, semantic: list, lexical: list,
+                adapted: list) -> tuple[list[str], dict]:  # fmt: skip
         """The memory ranker's choice among the vector, full-text and adapted-vector candidates: best first,
         at most ``semantic_memories``, each at or above the model's probability floor."""
-        settings = call.settings
+        settings = query.settings
         ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical] + [h.id for h in adapted]))
-        found = {m.id: m for m in call.store.get_memories(ids, org=call.org)}
-        evidence = memory_evidence(query, semantic, lexical, found, adapted)
-        probabilities = ranker.probabilities(memory_features(query, evidence))
+        memories = {m.id: m for m in tools.store.get_memories(ids, org=query.org)}
+        evidence = memory_evidence(text, semantic, lexical, memories, adapted)
+        probabilities = ranker.probabilities(memory_features(text, evidence))
         floor = ranker.threshold("floor", 0.05)
         order = sorted(range(len(evidence)), key=lambda i: (-probabilities[i], evidence[i].id))
         chosen = [evidence[i].id for i in order if probabilities[i] >= floor][: settings.semantic_memories]
         kept = set(chosen)
         for i in order:
             if evidence[i].id not in kept:
-                call.note("memories", evidence[i].id, "recall", "dropped", "below_threshold", float(probabilities[i]))
-        return chosen, found
+                found.note("memories", evidence[i].id, "recall", "dropped", "below_threshold", float(probabilities[i]))
+        return chosen, memories
 
 
 def adapted_search(store: Store, embedder: Embedder, vector: np.ndarray, *, org: str, record_ids: list[str], pool: int,

@@ -4,64 +4,69 @@ embedded as ``name: v1, v2``). Records pending deletion are never discovered: th
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
-from ..pipeline.call import Call
+from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
 from ..schema import PropertyItem, SourceName
 from ..stores.base import property_key
 from . import Skipped
-from .context_helpers import similarity_by_key
+from .context_helpers import guarded, similarity_by_key
 
 
 class PropertiesSource:
     name: SourceName = "properties"
 
-    def prefetch(self, call: Call) -> None:
+    def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
         """Nothing to start ahead: this source's reads are quick, or depend on each other."""
+        return {}
 
-    def recall(self, call: Call) -> list[Any]:
-        res = call.resolution
-        if res.tombstone:
+    def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
+        return recalled(lambda found: self._recall(query, tools, found))
+
+    def _recall(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[Any]:
+        if query.tombstone:
             raise Skipped("record is pending deletion")
-        if res.record is not None:
-            return self._of_record(call)
-        if call.request.record is None and call.message:
-            return self._discover(call)
-        raise Skipped("no record" if call.request.record is None else "record not found")
+        if query.record is not None:
+            return self._of_record(query, tools, found)
+        if not query.record_named and query.message:
+            return self._discover(query, tools, found)
+        raise Skipped("record not found" if query.record_named else "no record")
 
-    def _of_record(self, call: Call) -> list[PropertyItem]:
-        record = call.resolution.record
+    def _of_record(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[PropertyItem]:
+        record = query.record
         assert record is not None  # recall asks for the record's own properties only when there is one
         items = [PropertyItem(record_id=record.id, name=n, value=v) for n, v in record.properties.items()]
-        if call.message and items:
-            scores = call.guarded(
-                "properties",
-                lambda: similarity_by_key(call, "property", [record.id], len(items)),
+        if query.message and items:
+            scores = guarded(
+                found, "properties",
+                lambda: similarity_by_key(query, tools, "property", [record.id], len(items)),
                 what="property ranking",
-            )
+            )  # fmt: skip
             if scores:
                 for item in items:
                     item.score = scores.get(property_key(record.id, item.name))
                 items.sort(key=lambda i: -(i.score if i.score is not None else -1.0))
         return items
 
-    def _discover(self, call: Call) -> list[PropertyItem]:
-        settings = call.settings
+    def _discover(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[PropertyItem]:
+        settings = query.settings
         floor = settings.thresholds.property_discovery
         # records pending deletion have no property vectors (loading drops them), so none is ever a hit
-        hits = call.store.search_vectors("property", call.query_vector(), org=call.org, limit=settings.discovered_records * 6)
+        hits = tools.store.search_vectors("property", tools.query_vector(), org=query.org,
+                                          limit=settings.discovered_records * 6)  # fmt: skip
         best: dict[str, list[tuple[str, float]]] = {}
         for hit in hits:
             if hit.score < floor:
-                call.note("properties", hit.id, "recall", "dropped", "below_threshold", hit.score)
+                found.note("properties", hit.id, "recall", "dropped", "below_threshold", hit.score)
                 continue
             if hit.parent in best or len(best) < settings.discovered_records:
                 best.setdefault(hit.parent, []).append((hit.id[len(hit.parent) + 1 :], hit.score))  # "record/name"
-        records = call.store.get_records(list(best), org=call.org)
+        records = tools.store.get_records(list(best), org=query.org)
         items: list[PropertyItem] = []
         for record in records:
             if record.pending_deletion or record.merged_into:
-                call.note("properties", record.id, "recall", "dropped", "record_not_live")
+                found.note("properties", record.id, "recall", "dropped", "record_not_live")
                 continue
             matched = dict(best[record.id])
             for name, value in record.properties.items():
