@@ -105,3 +105,27 @@ def test_stores_never_import_the_loader() -> None:
 def test_stores_never_import_layers_sources_or_the_pipeline() -> None:
     floors = ("dossier.layers", "dossier.sources", "dossier.pipeline", "dossier.engine", "dossier.retrieve")
     assert violations("dossier.stores", lambda m: within(m, floors + FRONT_ENDS)) == []
+
+
+def names_of_the_call(path: Path) -> list[str]:
+    """Where ``path`` imports ``Call`` from dossier.pipeline.call or names ``Call`` at all (``x.Call`` included)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "Call" for alias in node.names):
+            found.append(f"{module_name(path)}:{node.lineno} imports Call")
+        elif (isinstance(node, ast.Name) and node.id == "Call") or (isinstance(node, ast.Attribute) and node.attr == "Call"):
+            found.append(f"{module_name(path)}:{node.lineno} names Call")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() == "Call":
+            found.append(f"{module_name(path)}:{node.lineno} names Call in a string annotation")
+    return found
+
+
+def test_the_rule_about_the_call_sees_it() -> None:
+    assert names_of_the_call(PACKAGE / "layers" / "recall.py")  # the recall layer does take the call
+    assert not names_of_the_call(PACKAGE / "pipeline" / "source_io.py")
+
+
+def test_sources_never_see_the_call() -> None:
+    """A source is given a SourceQuery and SourceTools and returns what it found (pipeline/source_io.py);
+    only the recall layer writes into the call."""
+    assert [hit for path in modules_under("dossier.sources") for hit in names_of_the_call(path)] == []
