@@ -126,12 +126,15 @@ def test_gold_sections_are_visible_to_the_caller_and_never_system_or_attached(da
 def test_unanswerable_questions_have_no_gold_content(dataset: Dataset) -> None:
     for q in dataset.questions:
         if not q.answerable:
-            assert not (q.gold.documents or q.gold.sections or q.gold.memories or q.gold.properties or q.gold.edges), q.id
+            content = ("documents", "sections", "memories", "properties", "edges")
+            assert not any(getattr(q.gold, kind) for kind in content), q.id
 
 
 def test_the_bundle_has_the_shape_the_readme_promises(dataset: Dataset) -> None:
     raw = dataset.raw_bundle
-    harbor = [d for d in raw["documents"] if d["org"] == "harbor" and not d["is_system"] and d["attached_record"] is None]
+    harbor = [
+        d for d in raw["documents"] if d["org"] == "harbor" and not d["is_system"] and d["attached_record"] is None
+    ]
     assert len(harbor) >= 22
     for doc in harbor:
         assert 4 <= len(doc["sections"]) <= 10, doc["id"]
