@@ -72,3 +72,17 @@ def test_without_an_adapter_for_the_model_the_route_says_so(fake: dossier.Engine
     response = fake.retrieve({"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "discount rules",
                               "trace": True}, org="northwind", caller="ana")  # fmt: skip
     assert response.route["documents"].detail["adapter"].startswith("none: adapters were fitted on")
+
+
+def test_asking_for_the_trace_changes_nothing_but_the_trace(fake: dossier.Engine) -> None:
+    """Without ``trace`` the layers keep no trace (governance and the budget note nothing); the answer is the
+    one a call with ``trace: true`` gets, item for item, with its statuses, routes and budget."""
+    for q in QUESTIONS:
+        plain, traced = (fake.retrieve({**_request(q), "trace": t}, org=q["org"], caller=q["caller"]).model_dump(mode="json")
+                         for t in (False, True))  # fmt: skip
+        assert plain["trace"] is None and plain["withheld"] is None and traced["trace"] is not None, q["id"]
+        for response in (plain, traced):
+            for key in ("call_id", "trace", "withheld"):
+                response.pop(key)
+            response["route"].pop("deadline", None)  # its timings differ from call to call
+        assert plain == traced, q["id"]

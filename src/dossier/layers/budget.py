@@ -76,8 +76,9 @@ def pack(call: Call) -> None:
     packed: dict[SourceName, list[Any]] = {s: [] for s in SOURCE_NAMES}
     used: dict[SourceName, int] = {s: 0 for s in SOURCE_NAMES}
     waiting: dict[SourceName, list[Any]] = {}
+    sizes: dict[int, int] = {}  # id(candidate) -> size: a candidate left waiting is sized once, not once per pass
     for source in active:
-        waiting[source] = _fill(call.candidates[source], allowance[source], packed[source], used, source)
+        waiting[source] = _fill(call.candidates[source], allowance[source], packed[source], used, source, sizes)
     # Bytes left unused go to sources that still have items waiting, in proportion to their shares;
     # what is still left then goes to the smallest sources first (their items are the shortest).
     for proportional in (True, False):
@@ -90,12 +91,14 @@ def pack(call: Call) -> None:
             if room <= 0:
                 continue
             before = used[source]
-            waiting[source] = _fill(waiting[source], room, packed[source], used, source, offset=before)
+            waiting[source] = _fill(waiting[source], room, packed[source], used, source, sizes, offset=before)
     for source in SOURCE_NAMES:
         result = call.results[source]
         result.items = packed[source]
         result.bytes_used = used[source]
         result.dropped = len(waiting.get(source, []))
+        if not call.request.trace:  # the notes below are read by the trace alone
+            continue
         for item in waiting.get(source, []):
             call.note(source, item_key(item), "budget", "dropped", "over_budget", getattr(item, "score", None))
         for item in packed[source]:
@@ -104,12 +107,15 @@ def pack(call: Call) -> None:
 
 
 def _fill(items: list[Any], room: int, out: list[Any], used: dict[SourceName, int], source: SourceName,
-          offset: int = 0) -> list[Any]:  # fmt: skip
-    """Pack ``items`` into ``room`` bytes (beyond ``offset`` already used); return what did not fit."""
+          sizes: dict[int, int], offset: int = 0) -> list[Any]:  # fmt: skip
+    """Pack ``items`` into ``room`` bytes (beyond ``offset`` already used); return what did not fit.
+    ``sizes`` keeps each item's size by ``id`` (the candidates stay alive while the call packs)."""
     left: list[Any] = []
     spent = 0
     for item in items:
-        need = size(item)
+        need = sizes.get(id(item))
+        if need is None:
+            need = sizes[id(item)] = size(item)
         if spent + need <= room:
             out.append(item)
             spent += need

@@ -5,7 +5,8 @@ selected, packed, or handed to a model. Every store read is already scoped to th
 the second line: it re-reads each candidate's owner and drops it when the check cannot decide.
 
 What is left when it is done is what the caller may see (``Call.cleared``): the trace the caller
-gets names those items only (``layers/report.py``), whatever layer noted what.
+gets names those items only (``layers/report.py``), whatever layer noted what. A call that asked for
+no trace gets none, so this layer then notes no drops and leaves ``Call.cleared`` empty.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def govern(call: Call) -> None:
     _govern_memories(call)
     _govern_records(call, "properties", lambda item: [item.record_id])
     _govern_records(call, "graph", lambda item: [item.src, item.dst])
-    call.cleared = cleared(call)
+    if call.request.trace:  # only the trace reads it (layers/report.py)
+        call.cleared = cleared(call)
 
 
 def cleared(call: Call) -> set[tuple[str, str]]:
@@ -45,23 +47,28 @@ def _govern_documents(call: Call) -> None:
     try:
         fresh = {d.id: d for d in call.store.get_documents(ids, org=call.org)}
     except Exception as exc:  # noqa: BLE001 - cannot decide: drop everything (fail closed)
-        for c in items:
-            call.note("documents", c.section_id, "govern", "dropped", "visibility_check_failed", c.score)
+        if call.request.trace:
+            for c in items:
+                call.note("documents", c.section_id, "govern", "dropped", "visibility_check_failed", c.score)
         call.candidates["documents"] = []
         call.fail("documents", f"visibility check failed: {public_error(exc)}")
         return
+    # one verdict per document (the rule reads the document and the call, not the section), and the
+    # section ids of each, read once
+    verdicts = {i: document_verdict(call, fresh.get(i)) for i in ids}
+    sections = {i: {s.id for s in d.sections} for i, d in fresh.items() if verdicts[i] is None}
+    trace = call.request.trace
     kept = []
     for c in items:
-        document = fresh.get(c.document_id)
-        verdict = document_verdict(call, document)
-        if verdict is None and document is not None and not any(s.id == c.section_id for s in document.sections):
+        verdict = verdicts[c.document_id]
+        if verdict is None and c.section_id not in sections[c.document_id]:
             verdict = "not_found"
         if verdict is None:
             kept.append(c)
-        else:
+        elif trace:
             call.note("documents", c.section_id, "govern", "dropped", verdict, c.score)
     call.candidates["documents"] = kept
-    call.documents = {i: d for i, d in fresh.items() if document_verdict(call, d) is None}
+    call.documents = {i: d for i, d in fresh.items() if verdicts[i] is None}
 
 
 def _govern_memories(call: Call) -> None:
@@ -70,7 +77,7 @@ def _govern_memories(call: Call) -> None:
     for item in call.candidates["memories"]:
         if item.record_id in allowed:
             kept.append(item)
-        else:
+        elif call.request.trace:
             call.note("memories", item.id, "govern", "dropped", "record_not_allowed", item.score)
     call.candidates["memories"] = kept
 
@@ -90,6 +97,6 @@ def _govern_records(call: Call, source: SourceName, owners: Callable[[Any], list
     for item in items:
         if all(rid in live for rid in owners(item)):
             kept.append(item)
-        else:
+        elif call.request.trace:
             call.note(source, item_key(item), "govern", "dropped", "record_hidden")
     call.candidates[source] = kept
