@@ -13,8 +13,8 @@ about its conversation's record three ways:
 * bm25     -- the store's full-text search over that record's memories (FTS5 BM25), top 10;
 * vector   -- the store's exact cosine search over that record's memories, top 10;
 * dossier  -- `engine.retrieve` (mode scout, memories only, budget 50,000 bytes), memories in the order
-              returned: semantic hits (cosine >= the memory threshold, at most 10) first, then the 25
-              most recent memories of the record, which are the same for every question.
+              returned: the memory ranker's best (tier 2, at most 10, and recent memories it ranks among
+              its first 10) first, then the rest of the record's 25 most recent memories.
 
 any@k: at least one evidence turn among the first k memories; all@k: every evidence turn among them.
 Categories are LoCoMo's official ids (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
@@ -99,10 +99,9 @@ def main() -> int:
     print()
     short5, short10 = (sum(1 for c in semantic_counts if c < k) for k in (5, 10))
     print(f"dossier returned {statistics.mean(returned_counts):.1f} memories per question on average, "
-          f"of which {statistics.mean(semantic_counts):.2f} semantic (tier 2, listed first); {short5} questions had "
-          f"fewer than 5 semantic hits and {short10} fewer than 10: the rest of their top k are the record's "
-          f"most recent turns, the same for every question. A semantic match that is also among the 25 most "
-          f"recent turns is listed at its recency position, not its similarity rank.")  # fmt: skip
+          f"of which {statistics.mean(semantic_counts):.2f} semantic (tier 2); {short5} questions had "
+          f"fewer than 5 semantic hits and {short10} fewer than 10. The ranker lists tier 2 and the recent "
+          f"turns it ranks among its first 10 first, then the rest of the 25 most recent turns.")  # fmt: skip
     print("latency per question, ms (p50 / p95): " + ", ".join(
         f"{name} {_pct(v, 0.5):.1f} / {_pct(v, 0.95):.1f}" for name, v in latency.items())
           + " (the question is embedded once, first, and cached for all three)")  # fmt: skip

@@ -72,7 +72,14 @@ def test_memories_come_back_with_the_events_that_tell_how(store: Store) -> None:
     assert all(d.route == "memories" for d in decisions)
     recent = sum(m.tier == "recent" for m in found.items)
     assert decisions[0].detail == {"recent": recent}
-    assert decisions[-1].detail == {"semantic": len(found.items) - recent}
+    details = {k: v for d in decisions for k, v in d.detail.items()}
+    assert details["semantic"] == len(found.items) - recent
+    # the ranker's order over both tiers: tier 2 and the recent memories it ranks among its best lead, the
+    # rest of tier 1 follows, newest first
+    lead = len(found.items) - recent + details.get("recent_ranked", 0)
+    assert all(m.tier == "recent" for m in found.items[lead:])
+    rest = [m.created_at for m in found.items[lead:]]
+    assert rest == sorted(rest, reverse=True)
     assert not [e for e in found.events if isinstance(e, Degraded)]
     assert embedded == [QUESTION]  # the question's one vector, shared
 
@@ -116,3 +123,31 @@ def test_a_source_with_nothing_to_do_says_why(store: Store) -> None:
     assert PropertiesSource().recall(tombstone, tools_over(store, [])).skipped == "record is pending deletion"
     assert GraphSource().recall(nobody, tools_over(store, [])).skipped == "record not found"
     assert MemoriesSource().recall(SourceQuery(org="northwind"), tools_over(store, [])).skipped == "no record"
+
+
+def test_a_recent_memory_the_ranker_rates_best_is_listed_first_not_at_its_recency_position(tmp_path: Path) -> None:
+    """Tier 1 keeps its 25 newest; a recent memory that answers the question still leads the list when the
+    memory ranker rates it best, instead of waiting behind tier 2's ten (the ranker rates every candidate)."""
+    answer = "Jane confirmed the renewal discount for the harbour contract is twelve percent."
+    memories = [{"id": f"m{i:03d}", "org": "t", "record": "rec-x", "created_at": f"2025-01-{1 + i % 28:02d}T{i % 24:02d}:00:00Z",
+                 "text": f"Jane asked about a discount on order {i} for the harbour contract."}
+                for i in range(60)]  # fmt: skip
+    memories += [{"id": f"n{i:03d}", "org": "t", "record": "rec-x", "created_at": f"2025-03-{1 + i:02d}T10:00:00Z",
+                  "text": f"Weekly status call number {i}; nothing new on the roadmap."} for i in range(25)]  # fmt: skip
+    memories.append({"id": "answer", "org": "t", "record": "rec-x", "created_at": "2025-03-10T12:00:00Z", "text": answer})
+    bundle = {"orgs": [{"id": "t", "name": "T"}], "callers": [{"id": "c", "org": "t"}],
+              "records": [{"id": "rec-x", "org": "t", "kind": "contact", "properties": {"name": "X"}}], "memories": memories}  # fmt: skip
+    question = "What renewal discount did Jane confirm for the harbour contract?"
+    with dossier.open(f"sqlite:///{tmp_path / 'recent.db'}", embedder=HashEmbedder()) as engine:
+        engine.load_bundle(bundle)
+        response = engine.retrieve({"mode": "scout", "record": {"id": "rec-x"}, "message": question,
+                                    "sources": {"memories": True, "properties": False, "documents": False, "graph": False}},
+                                   org="t", caller="c")  # fmt: skip
+    items = [m for m in response.sources["memories"].items if isinstance(m, MemoryItem)]
+    recent = [m for m in items if m.tier == "recent"]
+    assert len(recent) == 25 and "answer" in {m.id for m in recent}  # it is a recent memory ...
+    newest = sorted(recent, key=lambda m: m.created_at, reverse=True)
+    assert [m.id for m in newest].index("answer") >= 10  # ... behind ten newer ones ...
+    assert any(m.tier == "semantic" for m in items)  # ... tier 2 found older ones ...
+    assert items[0].id == "answer"  # ... and it still comes first
+    assert response.route["memories"].detail["recent_ranked"] >= 1

@@ -47,13 +47,22 @@ class MemoriesSource:
         if not self._semantic_enabled(query):
             found.decide("memories", detail={"semantic": "off for this org"})
             return tier1
-        tier2 = guarded(found, "memories", lambda: self._semantic(query, tools, found, record_ids, tier1),
-                        what="semantic memory tier")  # fmt: skip
-        if tier2 is None:
+        semantic = guarded(found, "memories", lambda: self._semantic(query, tools, found, record_ids, tier1),
+                           what="semantic memory tier")  # fmt: skip
+        if semantic is None:
             found.decide("memories", fallback_reason="semantic_error")
             return tier1
+        tier2, lead = semantic
         found.decide("memories", detail={"semantic": len(tier2)})
-        return tier2 + tier1
+        if not lead:
+            return tier2 + tier1
+        # the ranker's order over both tiers: tier 2 and the recent memories it ranks among its best, then the
+        # rest of tier 1 in recency order (each item keeps its tier)
+        found.decide("memories", detail={"recent_ranked": sum(1 for i in lead if i in {m.id for m in tier1})})
+        items = {m.id: m for m in tier2 + tier1}
+        first = [items[i] for i in lead if i in items]
+        placed = {m.id for m in first}
+        return first + [m for m in tier1 if m.id not in placed]
 
     @staticmethod
     def _semantic_enabled(query: SourceQuery) -> bool:
@@ -62,10 +71,13 @@ class MemoriesSource:
         return settings.semantic_memories_enabled and (allow is None or query.org in allow)
 
     def _semantic(self, query: SourceQuery, tools: SourceTools, found: Found, record_ids: list[str],
-                  tier1: list[MemoryItem]) -> list[MemoryItem]:  # fmt: skip
+                  tier1: list[MemoryItem]) -> tuple[list[MemoryItem], list[str]]:  # fmt: skip
         """Tier 2: memories close to the question by meaning or by words, the recent tier's own items
         left out, ranked by the learned memory ranker (its probability floor decides what comes back);
-        without a usable ranker model, by the heuristic: a cosine floor and reciprocal rank fusion."""
+        without a usable ranker model, by the heuristic: a cosine floor and reciprocal rank fusion.
+        With the ranker, also the order to list them in: the ranker ranks every candidate, recent ones
+        included (as it was trained), and a recent memory it ranks among its first ``semantic_memories``
+        is listed at that rank instead of at its recency position (empty without the ranker)."""
         settings, store, org = query.settings, tools.store, query.org
         text = query.memory_query or query.message
         vector = tools.query_vector() if text == query.message else tools.embed_query(text)
@@ -87,8 +99,9 @@ class MemoriesSource:
             lambda: store.search_text("memory", text, org=org, parents=record_ids, limit=pool),
             what="full-text memory search",
         )  # fmt: skip
-        lexical = [h for h in words or [] if h.id not in recent]
+        lead: list[str] = []
         if ranker is None:
+            lexical = [h for h in words or [] if h.id not in recent]
             chosen = self._fused(query, tools, found, [h for h in hits if h.id not in recent], lexical)
             kept = {m.id: m for m in store.get_memories(chosen, org=org)}
         else:
@@ -96,15 +109,14 @@ class MemoriesSource:
             adapted = adapted_search(store, tools.embedder(), vector, org=org, record_ids=record_ids, pool=pool,
                                      semantic=hits)  # fmt: skip
             found.decide("memories", detail={"adapter": "memories" if adapted is not hits else "none"})
-            chosen, kept = self._ranked(query, tools, found, ranker, text, [h for h in hits if h.id not in recent],
-                                        lexical, [h for h in adapted if h.id not in recent])  # fmt: skip
+            chosen, lead, kept = self._ranked(query, tools, found, ranker, text, hits, list(words or []), adapted, set(recent))
         out = []
         for memory_id in chosen:
             m = kept.get(memory_id)
             if m is not None:
                 out.append(MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at,
                                       tier="semantic", score=cosine.get(m.id)))  # fmt: skip
-        return out
+        return out, lead
 
     @staticmethod
     def _fused(query: SourceQuery, tools: SourceTools, found: Found, semantic: list, lexical: list) -> list[str]:
@@ -124,9 +136,11 @@ class MemoriesSource:
 
     @staticmethod
     def _ranked(query: SourceQuery, tools: SourceTools, found: Found, ranker, text: str, semantic: list, lexical: list,
-                adapted: list) -> tuple[list[str], dict]:  # fmt: skip
-        """The memory ranker's choice among the vector, full-text and adapted-vector candidates: best first,
-        at most ``semantic_memories``, each at or above the model's probability floor."""
+                adapted: list, recent: set[str]) -> tuple[list[str], list[str], dict]:  # fmt: skip
+        """The memory ranker over every vector, full-text and adapted-vector candidate, recent ones included:
+        tier 2 is the best of the others, at most ``semantic_memories``, each at or above the model's
+        probability floor; the lead is tier 2 together with the recent memories ranked among the first
+        ``semantic_memories`` above the floor, best first."""
         settings = query.settings
         ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical] + [h.id for h in adapted]))
         memories = {m.id: m for m in tools.store.get_memories(ids, org=query.org)}
@@ -134,12 +148,15 @@ class MemoriesSource:
         probabilities = ranker.probabilities(memory_features(text, evidence))
         floor = ranker.threshold("floor", 0.05)
         order = sorted(range(len(evidence)), key=lambda i: (-probabilities[i], evidence[i].id))
-        chosen = [evidence[i].id for i in order if probabilities[i] >= floor][: settings.semantic_memories]
+        above = [evidence[i].id for i in order if probabilities[i] >= floor]
+        chosen = [i for i in above if i not in recent][: settings.semantic_memories]
         kept = set(chosen)
+        top = set(above[: settings.semantic_memories])
+        lead = [i for i in above if i in kept or i in top]
         for i in order:
-            if evidence[i].id not in kept:
+            if evidence[i].id not in kept and evidence[i].id not in recent:
                 found.note("memories", evidence[i].id, "recall", "dropped", "below_threshold", float(probabilities[i]))
-        return chosen, memories
+        return chosen, lead, memories
 
 
 def adapted_search(store: Store, embedder: Embedder, vector: np.ndarray, *, org: str, record_ids: list[str], pool: int,
