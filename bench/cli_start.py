@@ -107,7 +107,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dossier-cli-bench-"))
     try:
         url = args.db or prepare(tmp)
-        env = {**os.environ, "DOSSIER_DATABASE_URL": url, "PYTHONDONTWRITEBYTECODE": "0"}
+        env = {**os.environ, "DOSSIER_DATABASE_URL": url}
         env.pop("DOSSIER_LLM", None)
         load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
         rows = []
