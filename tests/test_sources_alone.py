@@ -151,3 +151,13 @@ def test_a_recent_memory_the_ranker_rates_best_is_listed_first_not_at_its_recenc
     assert any(m.tier == "semantic" for m in items)  # ... tier 2 found older ones ...
     assert items[0].id == "answer"  # ... and it still comes first
     assert response.route["memories"].detail["recent_ranked"] >= 1
+
+
+@pytest.mark.parametrize("source", [MemoriesSource(), DocumentsSource()], ids=["memories", "documents"])
+def test_without_a_trace_no_trace_note_is_made_and_the_items_are_the_same(store: Store, source: Any) -> None:
+    traced = source.recall(about_jane(store), tools_over(store, []))
+    untraced = source.recall(about_jane(store, trace=False), tools_over(store, []))
+    assert [e for e in traced.events if isinstance(e, TraceEntry)]  # with a trace: notes about candidates
+    assert not [e for e in untraced.events if isinstance(e, TraceEntry)]
+    assert untraced.items == traced.items
+    assert [e for e in untraced.events if not isinstance(e, TraceEntry)] == [e for e in traced.events if not isinstance(e, TraceEntry)]

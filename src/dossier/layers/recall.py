@@ -36,7 +36,7 @@ def source_query(call: Call) -> SourceQuery:
         merged_from=tuple(res.merged_from), record_ids=tuple(res.record_ids), mode=plan.mode,
         depth=plan.effective_depth, document_query=understanding.document_query,
         memory_query=understanding.memory_query, filters=understanding.filters, fetch=tuple(call.request.fetch or ()),
-        settings=call.settings,
+        settings=call.settings, trace=bool(call.request.trace),
     )  # fmt: skip
 
 
@@ -98,7 +98,8 @@ def _recall(call: Call, query: SourceQuery, tools: SourceTools) -> None:
 def _record(call: Call, event: SourceEvent) -> None:
     """Write one event a source recorded into the call."""
     if isinstance(event, TraceEntry):
-        call.trace.append(event)
+        if call.request.trace:
+            call.trace.append(event)
     elif isinstance(event, Degraded) and event.where in SOURCE_NAMES:
         call.fail(cast(SourceName, event.where), event.error, keep_items=True)  # the source's items stand
     else:

@@ -237,7 +237,9 @@ class Call:
              reason: str | None = None, score: float | None = None) -> None:  # fmt: skip
         """Record one layer's decision about one item. Any layer may note any candidate, seen or not:
         the response shows the caller only decisions about items governance cleared for it, and merely
-        counts the rest (``layers/report.py``)."""
+        counts the rest (``layers/report.py``). Nothing is recorded when no trace was asked for."""
+        if not self.request.trace:
+            return
         self.trace.append(
             TraceEntry(source=source, id=item_id, layer=layer, decision=decision, reason=reason, score=score)
         )

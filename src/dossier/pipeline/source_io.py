@@ -52,6 +52,7 @@ class SourceQuery:
     filters: Filters | None = None  # the caller's or the inferred filters
     fetch: tuple[str, ...] = ()  # the documents a fetch call names
     settings: Settings = field(default_factory=Settings)
+    trace: bool = True  # whether the caller asked for a trace: without one, trace notes are not even made
 
     def document_verdict(self, document: Document | None) -> str | None:
         """Why ``document`` must not be returned to this caller, or None when it may be (the one rule:
@@ -90,6 +91,7 @@ class Found:
     skipped: str | None = None
     failed: bool = False
     error: Exception | None = None
+    trace: bool = True  # False: :meth:`note` records nothing (no trace was asked for)
 
     def decide(self, route: str, /, *, detail: dict[str, Any] | None = None, append: dict[str, Any] | None = None,
                **fields: Any) -> None:  # fmt: skip
@@ -98,7 +100,9 @@ class Found:
 
     def note(self, source: SourceName, item_id: str, layer: str, decision: Literal["kept", "dropped"],
              reason: str | None = None, score: float | None = None) -> None:  # fmt: skip
-        """One decision about one candidate, for the trace."""
+        """One decision about one candidate, for the trace (nothing when no trace was asked for)."""
+        if not self.trace:
+            return
         self.events.append(TraceEntry(source=source, id=item_id, layer=layer, decision=decision, reason=reason, score=score))
 
     def fail(self, source: SourceName, error: str) -> None:
@@ -116,10 +120,11 @@ class Found:
         return self
 
 
-def recalled(body: Callable[[Found], list[Any]]) -> Found:
+def recalled(body: Callable[[Found], list[Any]], *, trace: bool = True) -> Found:
     """Run a source's ``body``, which records its events into the :class:`Found` it is given and returns
-    its items; an exception keeps the events recorded before it (:meth:`Found.stopped`)."""
-    found = Found()
+    its items; an exception keeps the events recorded before it (:meth:`Found.stopped`). ``trace``: the
+    query's, whether trace notes are kept."""
+    found = Found(trace=trace)
     try:
         found.items = body(found)
     except Exception as exc:  # noqa: BLE001 - the recall layer reports it

@@ -42,7 +42,7 @@ class DocumentsSource:
     name: SourceName = "documents"
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
-        return recalled(lambda found: self._recall(query, tools, found))
+        return recalled(lambda found: self._recall(query, tools, found), trace=query.trace)
 
     def _recall(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[Any]:
         if query.mode == "fetch":

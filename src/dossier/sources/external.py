@@ -75,7 +75,7 @@ class ExternalSource:
         self.adapters = adapters
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
-        return recalled(lambda found: self._recall(query, found))
+        return recalled(lambda found: self._recall(query, found), trace=query.trace)
 
     def _recall(self, query: SourceQuery, found: Found) -> list[Any]:
         if not self.adapters:

@@ -22,7 +22,7 @@ class GraphSource:
         return {} if started is None else {"graph.walk": started}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
-        return recalled(lambda found: self._recall(query, tools))
+        return recalled(lambda found: self._recall(query, tools), trace=query.trace)
 
     def _recall(self, query: SourceQuery, tools: SourceTools) -> list[Any]:
         if query.tombstone:

@@ -30,7 +30,7 @@ class MemoriesSource:
         return {}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
-        return recalled(lambda found: self._recall(query, tools, found))
+        return recalled(lambda found: self._recall(query, tools, found), trace=query.trace)
 
     def _recall(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[Any]:
         settings = query.settings

@@ -22,7 +22,7 @@ class PropertiesSource:
         return {}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
-        return recalled(lambda found: self._recall(query, tools, found))
+        return recalled(lambda found: self._recall(query, tools, found), trace=query.trace)
 
     def _recall(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[Any]:
         if query.tombstone:
