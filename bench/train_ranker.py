@@ -13,12 +13,14 @@ Splits (fixed, by unit, never by question):
 * LoCoMo dev: the first three conversations (sorted sample ids) train, the other two held out
   (`bench/locomo.py --split test`);
 * the project's own set (examples/eval/sample-questions.json): by gold document, with a stable hash of
-  the document id (dossier.evaluation.fit.split_of); unanswerable questions by a hash of their id.
+  the document id (dossier.evaluation.fit.split_of); unanswerable questions by a hash of their id;
+* with --with-training-sets, also the training sets (examples/training/*-questions.json): every question
+  trains, none is measured. The shipped models are fitted without them (docs/evaluation.md says why).
 The handbook set (examples/handbook) is never read here: it is a test set only.
 
 Section examples are the candidates that reach selection in a real call (fetch mode for PolicyQA,
 brief for the project's set); memory examples are tier 2's vector and full-text candidates. The
-decision thresholds are chosen on the project set's training questions, the memory floor on LoCoMo's.
+decision thresholds are chosen on the labelled sets' training questions, the memory floor on the memory training questions.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from dossier.providers.ranker import parse
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT_SET = REPO / "examples" / "eval" / "sample-questions.json"
+TRAINING_SETS = sorted((REPO / "examples" / "training").glob("*-questions.json"))  # training only, every question
 OUT = REPO / "src" / "dossier" / "providers" / "data" / "ranker.json"
 ADAPTERS_OUT = OUT.with_name(adapters.SHIPPED)
 ADAPTED = SECTION_FEATURES.index("adapted")
@@ -75,9 +78,15 @@ def adapter_key(side: str, unit: str) -> str:
     return "full" if side == "test" or fold is None else f"without{fold}"
 
 
-def section_groups(engine, policyqa, project) -> list[tuple[str, adapter_fit.Group]]:  # type: ignore[no-untyped-def]
-    """(unit, group) for every training unit: a PolicyQA training policy with its questions, and the project
-    set's training questions, each over all of the org's sections."""
+def side_of(name: str, question) -> str:  # type: ignore[no-untyped-def]
+    """A labelled set's question split for the section ranker: the project set's by gold document, a
+    training set's always ``train``."""
+    return fit.section_side(question) if name == "project" else "train"
+
+
+def section_groups(engine, policyqa, labelled) -> list[tuple[str, adapter_fit.Group]]:  # type: ignore[no-untyped-def]
+    """(unit, group) for every training unit: a PolicyQA training policy with its questions, and the labelled
+    sets' training questions (``labelled``: name -> dataset), each over all of its org's sections."""
     out: list[tuple[str, adapter_fit.Group]] = []
     documents = [d["id"] for d in policyqa.bundle["documents"]]
     by_doc = {}
@@ -95,16 +104,17 @@ def section_groups(engine, policyqa, project) -> list[tuple[str, adapter_fit.Gro
         vectors = np.stack([engine.embed_query(split_question(q.question)[0]) for q in asked])
         out.append((f"policyqa:{doc_id}", adapter_fit.Group(texts, vectors, gold)))
     by_org: dict[str, tuple[list[str], np.ndarray]] = {}
-    for q in project.questions:
-        if q.org not in by_org:
-            stored = engine.store.get_documents([d.id for d in project.bundle.documents if d.org == q.org and not d.is_system], org=q.org)
-            texts = engine.embedder.embed_documents([section_text(d, s) for d in stored for s in d.sections])
-            by_org[q.org] = ([s.id for d in stored for s in d.sections], texts)
-        ids, texts = by_org[q.org]
-        gold = tuple(ids.index(s) for s in q.gold.sections if s in ids)
-        if gold and fit.section_side(q) == "train":
-            vector = engine.embed_query(split_question(q.message)[0])[None, :]
-            out.append((f"project:{q.id}", adapter_fit.Group(texts, vector, (gold,))))
+    for name, dataset in labelled.items():
+        for q in dataset.questions:
+            if q.org not in by_org:
+                stored = engine.store.get_documents([d.id for d in dataset.bundle.documents if d.org == q.org and not d.is_system], org=q.org)
+                texts = engine.embedder.embed_documents([section_text(d, s) for d in stored for s in d.sections])
+                by_org[q.org] = ([s.id for d in stored for s in d.sections], texts)
+            ids, texts = by_org[q.org]
+            gold = tuple(ids.index(s) for s in q.gold.sections if s in ids)
+            if gold and side_of(name, q) == "train":
+                vector = engine.embed_query(split_question(q.message)[0])[None, :]
+                out.append((f"{name}:{q.id}", adapter_fit.Group(texts, vector, (gold,))))
     return out
 
 
@@ -175,19 +185,19 @@ def policyqa_examples(engine, yardstick, key: str) -> dict[str, list[fit.Example
     return out
 
 
-def project_examples(engine, dataset, key: str) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
+def project_examples(engine, dataset, key: str, name: str = "project") -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
     out: dict[str, list[fit.Example]] = {"train": [], "test": []}
     for q in dataset.questions:
         if not q.gold.documents and q.answerable:
             continue  # no section to find and not an abstention question
-        side = fit.section_side(q)
-        if adapter_key(side, f"project:{q.id}") != key:
+        side = side_of(name, q)
+        if adapter_key(side, f"{name}:{q.id}") != key:
             continue
         request = {**fit.DEFAULT_REQUEST, **q.request, "message": q.message}
         if q.record is not None:
             request["record"] = q.record
         out[side].append(fit.section_example(engine, request, org=q.org, caller=q.caller, gold=q.gold.sections,
-                                             group=f"project:{q.id}", answerable=q.answerable))  # fmt: skip
+                                             group=f"{name}:{q.id}", answerable=q.answerable))  # fmt: skip
     return out
 
 
@@ -204,15 +214,17 @@ def locomo_examples(engine, yardstick, pool: int, key: str) -> dict[str, list[fi
     return out
 
 
-def project_memory_examples(engine, dataset, pool: int) -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
-    """The project set's questions with gold memories, split by a hash of the question id."""
+def project_memory_examples(engine, dataset, pool: int, name: str = "project") -> dict[str, list[fit.Example]]:  # type: ignore[no-untyped-def]
+    """A labelled set's questions with gold memories: the project set's split by a hash of the question id,
+    a training set's all ``train``."""
     out: dict[str, list[fit.Example]] = {"train": [], "test": []}
     for q in dataset.questions:
         if not q.gold.memories or not q.gold.records:
             continue
         records = sorted({m.record for m in dataset.bundle.memories if m.id in set(q.gold.memories)} | set(q.gold.records))
-        out[fit.split_of(q.id)].append(fit.memory_example(engine, org=q.org, record_ids=records, question=q.message,
-                                                          gold=q.gold.memories, group=f"project:{q.id}", pool=pool))  # fmt: skip
+        side = fit.split_of(q.id) if name == "project" else "train"
+        out[side].append(fit.memory_example(engine, org=q.org, record_ids=records, question=q.message,
+                                            gold=q.gold.memories, group=f"{name}:{q.id}", pool=pool))  # fmt: skip
     return out
 
 
@@ -230,6 +242,8 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help=f"write the fitted models to {OUT.relative_to(REPO)}")
     parser.add_argument("--adapter-cv", action="store_true",
                         help="only cross-validate the section adapter's regularisation weight on the PolicyQA training policies")
+    parser.add_argument("--with-training-sets", action="store_true",
+                        help="also train on examples/training (not how the shipped models were fitted: docs/evaluation.md)")
     parser.add_argument("--cache", help="keep the extracted examples in this file and reuse them (the features must not change)")
     args = parser.parse_args()
     data = ext.data_dir(args.data, repo_root=REPO)
@@ -240,12 +254,16 @@ def main() -> int:
     policyqa = ext.load_policyqa(ext.read_json(data / ext.POLICYQA_FILE))
     locomo = ext.load_locomo(ext.read_json(data / ext.LOCOMO_FILE))
     project = load_dataset(PROJECT_SET)
+    labelled = {"project": project}
+    if args.with_training_sets:
+        labelled.update({f"training-{path.stem.removesuffix('-questions')}": load_dataset(path) for path in TRAINING_SETS})
     if args.adapter_cv:
         with tempfile.TemporaryDirectory() as tmp, dossier.open(f"sqlite:///{tmp}/sections.db") as engine:
             engine.load_bundle(policyqa.bundle)
-            engine.load_bundle(project.raw_bundle)
+            for dataset in labelled.values():
+                engine.load_bundle(dataset.raw_bundle)
             print("section adapter, 3-fold cross-validation over the PolicyQA training policies:")
-            adapter_cv(section_groups(engine, policyqa, project))
+            adapter_cv(section_groups(engine, policyqa, labelled))
         return 0
     cache = Path(args.cache) if args.cache else None
     if cache is not None and cache.is_file():
@@ -255,24 +273,26 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp, dossier.open(f"sqlite:///{tmp}/sections.db") as engine, \
                 dossier.open(f"sqlite:///{tmp}/memories.db") as memory_engine:  # fmt: skip
             engine.load_bundle(policyqa.bundle)
-            engine.load_bundle(project.raw_bundle)
+            for dataset in labelled.values():
+                engine.load_bundle(dataset.raw_bundle)
             memory_engine.load_bundle(locomo.bundle)
             print("adapters (fitted on training units; each half-fit checked on the half it left out):")
-            section_matrices = fit_adapters("sections", section_groups(engine, policyqa, project))
+            section_matrices = fit_adapters("sections", section_groups(engine, policyqa, labelled))
             memory_matrices = fit_adapters("memories", memory_groups(memory_engine, locomo))
             files = {}
             for key in section_matrices:
                 files[key] = Path(tmp) / f"adapters-{key}.npz"
                 adapters.save(files[key], {"sections": section_matrices[key], "memories": memory_matrices[key]},
                               model_id=engine.embedder.model_id, fitted_on=key, script="bench/train_ranker.py")  # fmt: skip
-            sections = {"policyqa": {"train": [], "test": []}, "project": {"train": [], "test": []}}
+            sections: dict[str, dict[str, list[fit.Example]]] = {name: {"train": [], "test": []} for name in ("policyqa", *labelled)}
             memories = {"train": [], "test": []}
             pool = memory_engine.settings.memory_candidates
             for key, path in files.items():
                 use_adapter(path)
-                for name, found in (("policyqa", policyqa_examples(engine, policyqa, key)),
-                                    ("project", project_examples(engine, project, key))):  # fmt: skip
-                    for side, examples in found.items():
+                found = {"policyqa": policyqa_examples(engine, policyqa, key)}
+                found.update({name: project_examples(engine, dataset, key, name) for name, dataset in labelled.items()})
+                for name, by_side in found.items():
+                    for side, examples in by_side.items():
                         sections[name][side].extend(examples)
                 for side, examples in locomo_examples(memory_engine, locomo, pool, key).items():
                     memories[side].extend(examples)
@@ -284,17 +304,22 @@ def main() -> int:
         full = Path(tmp) / "adapters-full.npz"
         full.write_bytes(shipped_adapters)
         use_adapter(full)  # the project set's memory questions never trained an adapter
-        engine.load_bundle(project.raw_bundle)
-        project_memories = project_memory_examples(engine, project, engine.settings.memory_candidates)
+        project_memories: dict[str, list[fit.Example]] = {"train": [], "test": []}
+        for name, dataset in labelled.items():
+            engine.load_bundle(dataset.raw_bundle)
+            for side, examples in project_memory_examples(engine, dataset, engine.settings.memory_candidates, name).items():
+                project_memories[side].extend(examples)
     use_adapter(None)
-    for example in memories["train"]:  # LoCoMo weighs as much as the project's set in the memory fit
+    for example in memories["train"]:  # LoCoMo weighs as much as the labelled sets in the memory fit
         example.weight = len(project_memories["train"]) / len(memories["train"])
-    for example in sections["policyqa"]["train"]:  # each set weighs as much as the other in the fit
-        example.weight = len(sections["project"]["train"]) / len(sections["policyqa"]["train"])
-    train_sections = sections["policyqa"]["train"] + sections["project"]["train"]
+    # PolicyQA (one policy's segments per question) weighs as much as the labelled sets (a whole org's sections)
+    org_wide = [e for name in labelled for e in sections[name]["train"]]
+    for example in sections["policyqa"]["train"]:
+        example.weight = len(org_wide) / len(sections["policyqa"]["train"])
+    train_sections = sections["policyqa"]["train"] + org_wide
     section_spec = fit.fit(train_sections, kind="sections", features=SECTION_FEATURES)
     section_ranker = parse(section_spec, kind="sections", expected=SECTION_FEATURES, origin="fit")
-    section_spec["thresholds"] = fit.choose_thresholds(sections["project"]["train"], section_ranker)
+    section_spec["thresholds"] = fit.choose_thresholds(org_wide, section_ranker)
     section_ranker = parse(section_spec, kind="sections", expected=SECTION_FEATURES, origin="fit")
     memory_spec = fit.fit(memories["train"] + project_memories["train"], kind="memories", features=MEMORY_FEATURES, score=fit.any_at(10))
     memory_ranker = parse(memory_spec, kind="memories", expected=MEMORY_FEATURES, origin="fit")
@@ -308,10 +333,12 @@ def main() -> int:
             print(f"  {name:8} {side:5} n={len(examples):4}  ranker {ranks(examples, section_ranker.probabilities)}"
                   f"  cosine {ranks(examples, lambda x: x[:, 0])}  fused {ranks(examples, lambda x: x[:, 5])}"
                   f"  adapted {ranks(examples, lambda x: x[:, ADAPTED])}")  # fmt: skip
-    print(f"  thresholds (chosen on project train): {section_spec['thresholds']}")
+    print(f"  thresholds (chosen on the labelled sets' training questions): {section_spec['thresholds']}")
     decision = Decision.of(section_ranker)
-    for side in ("train", "test"):
-        print(f"  project {side} selection: {fit.selection_quality(sections['project'][side], section_ranker, decision)}")
+    for name in labelled:
+        for side in ("train", "test"):
+            if sections[name][side]:
+                print(f"  {name} {side} selection: {fit.selection_quality(sections[name][side], section_ranker, decision)}")
     print("memories: LoCoMo, share of questions with an evidence turn in the top k")
     for side in ("train", "test"):
         examples = memories[side]
@@ -326,7 +353,8 @@ def main() -> int:
         weights = sorted(zip(spec["features"], spec["coef"]), key=lambda fw: -abs(fw[1]))
         print(f"  {kind} weights: " + ", ".join(f"{f} {w:+.2f}" for f, w in weights))
     if args.write:
-        counts = {"sections": {k: len(v["train"]) for k, v in sections.items()}, "memories": {"locomo": len(memories["train"])}}
+        counts = {"sections": {k: len(v["train"]) for k, v in sections.items()},
+                  "memories": {"locomo": len(memories["train"]), "labelled": len(project_memories["train"])}}
         document = fit.ranker_file({"sections": section_spec, "memories": memory_spec},
                                    fitted_on=counts, script="bench/train_ranker.py")  # fmt: skip
         OUT.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
