@@ -1,11 +1,13 @@
-"""Integrity of the training set (examples/training): it loads through the project's own dataset loader, its
-labels name real items in the right org, and it has the categories and shape its README promises. Nothing
-here runs retrieval, and no model is loaded (the bundle goes into a store with the hashing test embedder)."""
+"""Integrity of the training sets (examples/training/*-questions.json): each loads through the project's own dataset
+loader, its labels name real items in the right org, and it has the categories and shape its part of the README
+promises. Nothing here runs retrieval, and no model is loaded (the bundles go into a store with the hashing test
+embedder)."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +18,79 @@ from dossier.evaluation.dataset import Dataset, load_dataset
 from tests.fake_embedder import HashEmbedder
 
 TRAINING = Path(__file__).resolve().parents[1] / "examples" / "training"
-DATASET = TRAINING / "harbor-questions.json"
-
-# the counts in examples/training/README.md
-CATEGORY_COUNTS = {
-    "paraphrase": 25, "direct": 15, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
-    "memory": 8, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
-}  # fmt: skip
 DOCUMENT_CATEGORIES = {"paraphrase", "direct", "discovery", "sibling", "brief"}
 GOLD_KINDS = ("documents", "sections", "memories", "properties", "edges", "records")
 
 
-@pytest.fixture(scope="module")
-def dataset() -> Dataset:
-    return load_dataset(DATASET)
+@dataclass(frozen=True)
+class Spec:
+    """What examples/training/README.md promises about one set."""
+
+    org: str
+    other_org: str
+    readme_start: str  # the set's part of the README runs from this line to readme_end (or the end)
+    readme_end: str | None
+    categories: dict[str, int]
+    siblings: tuple[tuple[str, str], ...]  # (sibling title, the general document's title)
+    tombstone: str
+    merged: tuple[str, str]  # (duplicate, survivor)
+    shared_email: str
+    shared_website: str
+    shared_title: str
+
+
+SPECS = {
+    "harbor": Spec(
+        org="harbor", other_org="keel", readme_start="# Harbor Line: a training set", readme_end="## Cedar & Stone",
+        categories={
+            "paraphrase": 25, "direct": 15, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
+            "memory": 8, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
+        },
+        siblings=(
+            ("EU Customs Clearance Procedure", "Customs Clearance Procedure"),
+            ("UK Customs Clearance Procedure", "Customs Clearance Procedure"),
+            ("APAC Cargo Claims and Damage Procedure", "Cargo Claims and Damage Procedure"),
+            ("EU Driver Safety Policy", "Driver Safety Policy"),
+        ),
+        tombstone="rec-gregor", merged=("rec-marcus-old", "rec-marcus"),
+        shared_email="eva.jansen@brightwaterpharma.com", shared_website="brightwaterpharma.com",
+        shared_title="Cargo Claims and Damage Procedure",
+    ),
+    "cedar": Spec(
+        org="cedar", other_org="juniper", readme_start="## Cedar & Stone", readme_end=None,
+        categories={
+            "paraphrase": 25, "direct": 12, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
+            "memory": 6, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 2, "tombstone": 2, "merge": 2,
+        },
+        siblings=(
+            ("UK Hotel Cancellation Policy", "Hotel Cancellation Policy"),
+            ("Middle East Hotel Cancellation Policy", "Hotel Cancellation Policy"),
+            ("Serviced Apartments Cancellation Policy", "Hotel Cancellation Policy"),
+            ("EU Guest Data Privacy Policy", "Guest Data Privacy Policy"),
+            ("Serviced Apartments Housekeeping Standards", "Housekeeping Standards"),
+        ),
+        tombstone="rec-victor", merged=("rec-paul-old", "rec-paul"),
+        shared_email="ingrid.halvorsen@haldenconsulting.com", shared_website="haldenconsulting.com",
+        shared_title="Hotel Cancellation Policy",
+    ),
+}  # fmt: skip
+SETS = sorted(path.name.removesuffix("-questions.json") for path in TRAINING.glob("*-questions.json"))
+
+
+def test_every_training_set_is_described() -> None:
+    assert SETS, "no training sets found"
+    assert set(SETS) == set(SPECS), "every examples/training/*-questions.json needs a Spec here and a README part"
+
+
+_loaded: dict[str, Dataset] = {}
+
+
+@pytest.fixture(params=SETS)
+def training_set(request: pytest.FixtureRequest) -> tuple[Spec, Dataset]:
+    name = request.param
+    if name not in _loaded:
+        _loaded[name] = load_dataset(TRAINING / f"{name}-questions.json")
+    return SPECS[name], _loaded[name]
 
 
 def _index(raw: dict[str, Any]) -> dict[str, set[tuple[str, str]]]:
@@ -55,18 +116,27 @@ def _documents(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {d["id"]: d for d in raw["documents"]}
 
 
-def test_the_bundle_loads_whole_into_a_fresh_store(tmp_path: Path, dataset: Dataset) -> None:
+def _readme_part(spec: Spec) -> str:
+    readme = (TRAINING / "README.md").read_text(encoding="utf-8")
+    start = readme.index(spec.readme_start)
+    end = readme.index(spec.readme_end, start) if spec.readme_end else len(readme)
+    return readme[start:end]
+
+
+def test_the_bundle_loads_whole_into_a_fresh_store(tmp_path: Path, training_set: tuple[Spec, Dataset]) -> None:
+    spec, dataset = training_set
     raw = dataset.raw_bundle
     with dossier.open(f"sqlite:///{tmp_path}/training.db", embedder=HashEmbedder()) as engine:
         report = engine.load_bundle(dataset.bundle)
-        counts = engine.store.counts(org="harbor")
+        counts = engine.store.counts(org=spec.org)
     assert report.inserted["documents"] == len(raw["documents"])
     assert report.inserted["memories"] == len(raw["memories"])
     assert report.inserted["records"] == len(raw["records"])
-    assert counts["sections"] == sum(len(d["sections"]) for d in raw["documents"] if d["org"] == "harbor")
+    assert counts["sections"] == sum(len(d["sections"]) for d in raw["documents"] if d["org"] == spec.org)
 
 
-def test_every_labelled_id_exists_in_the_questions_org(dataset: Dataset) -> None:
+def test_every_labelled_id_exists_in_the_questions_org(training_set: tuple[Spec, Dataset]) -> None:
+    _, dataset = training_set
     index = _index(dataset.raw_bundle)
     callers = {c["id"]: c["org"] for c in dataset.raw_bundle["callers"]}
     problems = []
@@ -86,16 +156,27 @@ def test_every_labelled_id_exists_in_the_questions_org(dataset: Dataset) -> None
     assert problems == []
 
 
-def test_category_counts_are_as_the_readme_says(dataset: Dataset) -> None:
+def test_question_ids_are_unique_across_the_sets() -> None:
+    seen: Counter[str] = Counter()
+    for name in SETS:
+        seen.update(q.id for q in load_dataset(TRAINING / f"{name}-questions.json").questions)
+    assert [qid for qid, n in seen.items() if n > 1] == []
+
+
+def test_category_counts_are_as_the_readme_says(training_set: tuple[Spec, Dataset]) -> None:
+    spec, dataset = training_set
     counts = Counter(q.category for q in dataset.questions)
-    assert dict(counts) == CATEGORY_COUNTS
-    readme = (TRAINING / "README.md").read_text(encoding="utf-8")
-    for category, n in CATEGORY_COUNTS.items():
-        assert re.search(rf"^\| {category} \| {n} \|", readme, re.MULTILINE), category
-    assert f"{len(dataset.questions)} labelled questions" in readme
+    assert dict(counts) == spec.categories
+    part = _readme_part(spec)
+    for category, n in spec.categories.items():
+        assert re.search(rf"^\| {category} \| {n} \|", part, re.MULTILINE), category
+    assert f"{len(dataset.questions)} labelled questions" in part
 
 
-def test_answerable_document_questions_have_gold_sections_in_their_gold_documents(dataset: Dataset) -> None:
+def test_answerable_document_questions_have_gold_sections_in_their_gold_documents(
+    training_set: tuple[Spec, Dataset],
+) -> None:
+    _, dataset = training_set
     docs = _documents(dataset.raw_bundle)
     section_doc = {s["id"]: d["id"] for d in docs.values() for s in d["sections"]}
     problems = []
@@ -111,7 +192,10 @@ def test_answerable_document_questions_have_gold_sections_in_their_gold_document
     assert problems == []
 
 
-def test_gold_sections_are_visible_to_the_caller_and_never_system_or_attached(dataset: Dataset) -> None:
+def test_gold_sections_are_visible_to_the_caller_and_never_system_or_attached(
+    training_set: tuple[Spec, Dataset],
+) -> None:
+    _, dataset = training_set
     docs = _documents(dataset.raw_bundle)
     roles = {c["id"]: set(c["roles"]) for c in dataset.raw_bundle["callers"]}
     for q in dataset.questions:
@@ -123,35 +207,44 @@ def test_gold_sections_are_visible_to_the_caller_and_never_system_or_attached(da
                 assert roles[q.caller] & set(doc["visible_to_roles"]), q.id
 
 
-def test_unanswerable_questions_have_no_gold_content(dataset: Dataset) -> None:
+def test_unanswerable_questions_have_no_gold_content(training_set: tuple[Spec, Dataset]) -> None:
+    _, dataset = training_set
     for q in dataset.questions:
         if not q.answerable:
             content = ("documents", "sections", "memories", "properties", "edges")
             assert not any(getattr(q.gold, kind) for kind in content), q.id
 
 
-def test_the_bundle_has_the_shape_the_readme_promises(dataset: Dataset) -> None:
+def test_the_bundle_has_the_shape_the_readme_promises(training_set: tuple[Spec, Dataset]) -> None:
+    spec, dataset = training_set
     raw = dataset.raw_bundle
-    harbor = [
-        d for d in raw["documents"] if d["org"] == "harbor" and not d["is_system"] and d["attached_record"] is None
-    ]
-    assert len(harbor) >= 22
-    for doc in harbor:
+    own = [d for d in raw["documents"] if d["org"] == spec.org]
+    general = [d for d in own if not d["is_system"] and d["attached_record"] is None]
+    assert len(general) >= 22
+    for doc in general:
         assert 4 <= len(doc["sections"]) <= 10, doc["id"]
         for section in doc["sections"]:
             assert 50 <= len(section["text"].split()) <= 140, section["id"]
-    titles = {d["title"] for d in harbor}
-    for sibling in ("EU Customs Clearance Procedure", "UK Customs Clearance Procedure",
-                    "APAC Cargo Claims and Damage Procedure", "EU Driver Safety Policy"):
-        assert sibling in titles and sibling.split(" ", 1)[1] in titles, sibling
-    assert sum(1 for d in harbor if d["visible_to_roles"]) == 2
-    records = {r["id"]: r for r in raw["records"]}
-    assert records["rec-gregor"]["pending_deletion"] is True
-    assert records["rec-marcus-old"]["merged_into"] == "rec-marcus"
-    harbor_memories = [m for m in raw["memories"] if m["org"] == "harbor"]
-    assert 40 <= len(harbor_memories) <= 80
-    # the second org collides on one contact email and one document title
+    titled = {d["title"]: d for d in general}
+    for sibling, base in spec.siblings:
+        assert sibling in titled and base in titled, sibling
+        # siblings share their section headings and differ in the text
+        assert [s["heading"] for s in titled[sibling]["sections"]] == [s["heading"] for s in titled[base]["sections"]]
+        assert {s["text"] for s in titled[sibling]["sections"]}.isdisjoint(s["text"] for s in titled[base]["sections"])
+    assert sum(1 for d in general if d["visible_to_roles"]) == 2
+    assert sum(1 for d in own if d["is_system"]) == 1
+    assert sum(1 for d in own if d["attached_record"]) >= 1
+    records = {r["id"]: r for r in raw["records"] if r["org"] == spec.org}
+    assert records[spec.tombstone]["pending_deletion"] is True
+    assert records[spec.merged[0]]["merged_into"] == spec.merged[1]
+    memories = [m for m in raw["memories"] if m["org"] == spec.org]
+    assert 40 <= len(memories) <= 80
+    # the second org collides on one contact email, one company website and one document title
     emails = Counter(r["identifiers"]["email"] for r in raw["records"] if r["identifiers"]["email"])
-    assert emails["eva.jansen@brightwaterpharma.com"] == 2
-    keel_titles = {d["title"] for d in raw["documents"] if d["org"] == "keel"}
-    assert "Cargo Claims and Damage Procedure" in keel_titles & titles
+    assert emails[spec.shared_email] == 2
+    websites = {r["org"] for r in raw["records"] if spec.shared_website in (r["identifiers"]["website"] or "")}
+    assert websites == {spec.org, spec.other_org}
+    other_titles = {d["title"]: d for d in raw["documents"] if d["org"] == spec.other_org}
+    assert spec.shared_title in other_titles and spec.shared_title in titled
+    ours = {s["text"] for s in titled[spec.shared_title]["sections"]}
+    assert ours.isdisjoint(s["text"] for s in other_titles[spec.shared_title]["sections"])
