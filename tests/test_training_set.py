@@ -16,10 +16,10 @@ import pytest
 import dossier
 from dossier.evaluation.dataset import Dataset, load_dataset
 from tests.fake_embedder import HashEmbedder
+from tests.labelled_sets import label_problems
 
 TRAINING = Path(__file__).resolve().parents[1] / "examples" / "training"
 DOCUMENT_CATEGORIES = {"paraphrase", "direct", "discovery", "sibling", "brief"}
-GOLD_KINDS = ("documents", "sections", "memories", "properties", "edges", "records")
 
 
 @dataclass(frozen=True)
@@ -93,25 +93,6 @@ def training_set(request: pytest.FixtureRequest) -> tuple[Spec, Dataset]:
     return SPECS[name], _loaded[name]
 
 
-def _index(raw: dict[str, Any]) -> dict[str, set[tuple[str, str]]]:
-    """Every id in the bundle -> the (kind, org) pairs it names (ids are unique per org and kind)."""
-    index: dict[str, set[tuple[str, str]]] = {}
-
-    def add(item_id: str, kind: str, org: str) -> None:
-        index.setdefault(item_id, set()).add((kind, org))
-
-    for kind in ("records", "memories", "documents", "edges"):
-        for item in raw[kind]:
-            add(item["id"], kind, item["org"])
-    for doc in raw["documents"]:
-        for section in doc["sections"]:
-            add(section["id"], "sections", doc["org"])
-    for record in raw["records"]:
-        for name in record["properties"]:
-            add(f"{record['id']}/{name}", "properties", record["org"])
-    return index
-
-
 def _documents(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {d["id"]: d for d in raw["documents"]}
 
@@ -137,23 +118,7 @@ def test_the_bundle_loads_whole_into_a_fresh_store(tmp_path: Path, training_set:
 
 def test_every_labelled_id_exists_in_the_questions_org(training_set: tuple[Spec, Dataset]) -> None:
     _, dataset = training_set
-    index = _index(dataset.raw_bundle)
-    callers = {c["id"]: c["org"] for c in dataset.raw_bundle["callers"]}
-    problems = []
-    for q in dataset.questions:
-        if callers.get(q.caller) != q.org:
-            problems.append(f"{q.id}: caller {q.caller} is not in org {q.org}")
-        for kind in GOLD_KINDS:
-            for item in getattr(q.gold, kind):
-                if (kind, q.org) not in index.get(item, set()):
-                    problems.append(f"{q.id}: gold {kind} {item} not in org {q.org}")
-        for item in q.forbidden:
-            if item not in index:
-                problems.append(f"{q.id}: forbidden {item} does not exist")
-        gold = {item for kind in GOLD_KINDS for item in getattr(q.gold, kind)}
-        if gold & set(q.forbidden):
-            problems.append(f"{q.id}: gold and forbidden share {sorted(gold & set(q.forbidden))}")
-    assert problems == []
+    assert label_problems(dataset) == []
 
 
 def test_question_ids_are_unique_across_the_sets() -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import dossier
 from dossier.evaluation.dataset import Dataset, load_dataset
+from tests.labelled_sets import label_problems
 
 DATASET = Path(__file__).resolve().parents[2] / "examples" / "handbook" / "handbook-questions.json"
 
@@ -22,31 +22,10 @@ MINIMUM_PER_CATEGORY = {
     "exact_code": 3,
 }  # fmt: skip
 
-GOLD_KINDS = ("documents", "sections", "memories", "properties", "edges", "records")
-
 
 @pytest.fixture(scope="module")
 def dataset() -> Dataset:
     return load_dataset(DATASET)
-
-
-def _index(raw: dict[str, Any]) -> dict[str, set[tuple[str, str]]]:
-    """Every id in the bundle -> the (kind, org) pairs it names (ids are unique per org and kind)."""
-    index: dict[str, set[tuple[str, str]]] = {}
-
-    def add(item_id: str, kind: str, org: str) -> None:
-        index.setdefault(item_id, set()).add((kind, org))
-
-    for kind in ("records", "memories", "documents", "edges"):
-        for item in raw[kind]:
-            add(item["id"], kind, item["org"])
-    for doc in raw["documents"]:
-        for section in doc["sections"]:
-            add(section["id"], "sections", doc["org"])
-    for record in raw["records"]:
-        for name in record["properties"]:
-            add(f"{record['id']}/{name}", "properties", record["org"])
-    return index
 
 
 def test_the_bundle_loads_into_a_fresh_sqlite_store(tmp_path: Path, embedder, dataset: Dataset) -> None:  # type: ignore[no-untyped-def]
@@ -62,22 +41,8 @@ def test_the_bundle_loads_into_a_fresh_sqlite_store(tmp_path: Path, embedder, da
 
 
 def test_every_labelled_id_exists_in_the_questions_org(dataset: Dataset) -> None:
-    index = _index(dataset.raw_bundle)
-    callers = {c["id"]: c["org"] for c in dataset.raw_bundle["callers"]}
-    problems = []
+    problems = label_problems(dataset)
     for q in dataset.questions:
-        if callers.get(q.caller) != q.org:
-            problems.append(f"{q.id}: caller {q.caller} is not in org {q.org}")
-        for kind in GOLD_KINDS:
-            for item in getattr(q.gold, kind):
-                if (kind, q.org) not in index.get(item, set()):
-                    problems.append(f"{q.id}: gold {kind} {item} not in org {q.org}")
-        for item in q.forbidden:
-            if item not in index:
-                problems.append(f"{q.id}: forbidden {item} does not exist")
-        gold = {item for kind in GOLD_KINDS for item in getattr(q.gold, kind)}
-        if gold & set(q.forbidden):
-            problems.append(f"{q.id}: gold and forbidden share {sorted(gold & set(q.forbidden))}")
         for section in q.gold.sections:
             if section.rsplit("-s", 1)[0] not in q.gold.documents:
                 problems.append(f"{q.id}: the document of {section} is not a gold document")
