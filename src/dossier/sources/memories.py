@@ -58,8 +58,9 @@ class MemoriesSource:
             return tier2 + tier1
         # the ranker's order over both tiers: tier 2 and the recent memories it ranks among its best, then the
         # rest of tier 1 in recency order (each item keeps its tier)
-        found.decide("memories", detail={"recent_ranked": sum(1 for i in lead if i in {m.id for m in tier1})})
-        items = {m.id: m for m in tier2 + tier1}
+        newest = {m.id: m for m in tier1}
+        found.decide("memories", detail={"recent_ranked": sum(1 for i in lead if i in newest)})
+        items = {m.id: m for m in tier2} | newest
         first = [items[i] for i in lead if i in items]
         placed = {m.id for m in first}
         return first + [m for m in tier1 if m.id not in placed]
