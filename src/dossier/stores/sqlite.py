@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
-from .fulltext import fts5_query
+from .fulltext import fts5_query, terms
 from .sqlite_connect import connect
+from .sqlite_fulltext import PrunedText
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS
 
 if TYPE_CHECKING:
@@ -46,14 +47,18 @@ class SQLiteStore:
         ann_min_rows: int = 5_000,
         ann_compact_after: int = 5_000,
         vector_cache_bytes: int = 256 << 20,
+        text_prune_rows: int = 20_000,
     ) -> None:
         """``hnsw_min_rows``: org-wide searches of an org and kind with this many vectors ask the ANN index.
         ``ann_min_rows``: an org and kind this large gets its persisted ANN index (built by the write that
         crosses it), and parents holding this many rows (and a sixteenth of the org's) search it too.
-        ``ann_compact_after``: logged changes folded into a new index file by the write that reaches it."""
+        ``ann_compact_after``: logged changes folded into a new index file by the write that reaches it.
+        ``text_prune_rows``: a full-text search over a scope this large (the org's rows of a kind, or the
+        given parents') is pruned by IDF (``stores/sqlite_fulltext.py``); below it the ranking is complete."""
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.hnsw_min_rows = hnsw_min_rows
+        self.text_prune_rows = text_prune_rows
         self._lock = threading.RLock()
         try:
             self._db = connect(self.path)
@@ -64,6 +69,7 @@ class SQLiteStore:
         self._vector_options = {"hnsw_min_rows": hnsw_min_rows, "ann_min_rows": ann_min_rows,
                                 "cache_bytes": vector_cache_bytes}  # fmt: skip
         self._vector_search: SQLiteVectors | None = None  # made on first use (numpy, usearch)
+        self._text = PrunedText(self._query)  # full text over large scopes
 
     @property
     def _vectors(self) -> SQLiteVectors:
@@ -433,6 +439,16 @@ class SQLiteStore:
             fts, table, alias, column, weights = "memories_fts", "memories", "m", "record", ""
         else:
             raise ValueError(f"no full-text search over {kind!r}")
+        with self._lock:  # the pruned search's statistics and scratch table belong to this connection
+            return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit, parents=parents)
+
+    def _search_text(
+        self, kind: str, query: str, match: str, fts: str, table: str, alias: str, column: str, weights: str, *,
+        org: str, limit: int, parents: Sequence[str] | None,
+    ) -> list[Hit]:
+        line = self.text_prune_rows
+        if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
+            return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True)
         rank = f"bm25({fts}{', ' + weights if weights else ''})"
         # CROSS JOIN keeps the full-text table outside: probing it once per content row would run the whole
         # match (and bm25's statistics) again for every row
@@ -449,6 +465,14 @@ class SQLiteStore:
         slots = self._slots(kind, org, parents)
         if not slots:
             return []
+        held = self._text.scope_rows(kind, line, org=org, slots=slots)
+        if held >= line:
+            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=True)
+        if len(slots) > 1 and self._text.table_rows(kind) >= _WHOLE_TABLE * max(held, 1):
+            # FTS5 would read every match in the table (testing each one's slot) and every term's whole doclist
+            # for bm25's statistics; the same ranking, computed over these parents' rows alone, costs what
+            # they hold (the same hits, order and scores: tested against bm25())
+            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=False)
         if len(slots) == 1:
             scope, scope_params = f"{fts}.rowid BETWEEN ? AND ?", [slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1]
         else:
@@ -470,6 +494,10 @@ class SQLiteStore:
                 [match, *scope_params, org, rows[-1][2], int(limit)],
             )
         return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows[: int(limit)]]
+
+    def _pruned(self, kind: str, query: str, *, org: str, limit: int, slots: list[int] | None, prune: bool) -> list[Hit]:
+        found = self._text.search(kind, terms(query), org=org, limit=limit, slots=slots, prune=prune)
+        return [Hit(id=i, parent=p, score=s) for i, p, s in found]
 
     def _hits(self, sql: str, params: list[Any]) -> list[Hit]:
         return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in self._query(sql, params)]
@@ -567,6 +595,7 @@ class SQLiteStore:
 
 _EDGE_COLUMNS = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
 _TIE_SLACK = 32  # rows a full-text search among parents shortlists beyond its limit (see search_text)
+_WHOLE_TABLE = 16  # several parents' full text is ranked in Python once the table holds this many times their rows
 _PER_SLOT = 1 << SLOT_BITS
 
 

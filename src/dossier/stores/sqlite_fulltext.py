@@ -1,0 +1,388 @@
+"""Full-text search over a large scope of the SQLite store: candidates chosen by the rarest terms, each
+scored with BM25 exactly as FTS5's ``bm25()`` scores it.
+
+FTS5's ``bm25()`` costs what the matches cost: it scores every row of the scope that holds any query term
+(a row's length is a lookup per row) and, for each term's statistics, reads the term's whole doclist in
+the table. Among 100,000 memories of one record a typical question matches some 27,000 of them. Here:
+
+* the statistics (rows in the table, their average length in tokens, each term's document frequency)
+  are FTS5's own, read from its index and kept per process for as long as the index is unchanged (its
+  structure and averages records are compared before each search: one indexed read; any write to the
+  table changes both);
+* the candidates are the rows of the scope holding the rarest terms: every row holding the terms that
+  together match at most ``cap`` rows of the table, then rows holding all the other terms together,
+  then all but the commonest of them, and so on, until ``cap`` candidates are found; only those rows are
+  read and scored;
+* a candidate's score is BM25 as ``fts5_aux.c`` computes it: k1 = 1.2, b = 0.75, a term's IDF
+  ``ln((N - df + 0.5) / (df + 0.5))`` (at least 1e-6), its frequency in the row weighted by column (the
+  store's weights), the row's length in tokens from FTS5's own record of it, the same arithmetic in the
+  same order, so a row gets the very score the complete ranking gives it. A term's frequency is counted
+  in the row's text, tokenised as FTS5 does (``porter unicode61``): the text is split where unicode61
+  surely splits (ASCII punctuation, whitespace) and each piece is turned into tokens by FTS5 itself (a
+  scratch table in the connection's temporary database), once per distinct piece per process.
+
+What pruning gives up: a row holding none of the terms that chose the candidates, or one past the
+``cap`` rows read, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40``
+are phrases (consecutive tokens), as in FTS5.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .sqlite_schema import SLOT_BITS
+
+_K1, _B = 1.2, 0.75  # FTS5's bm25() constants
+#: ASCII punctuation and symbols, and whitespace: where unicode61 always ends a token. What lies between
+#: (a "piece") is tokenised by FTS5 itself; most pieces are one ASCII word, one token.
+_SEPARATORS = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\s]+")
+_PIECES_KEPT = 500_000
+_SLOTS_PER_READ = 200  # parents' rowid ranges read by one statement (SQLite allows 500 terms in a compound)
+_LOOK_AHEAD = 4  # rows read per candidate wanted from a stage of candidates, the shortest kept  # tokenised pieces kept per process (the cache starts again past this)
+
+Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
+
+
+@dataclass(frozen=True)
+class _Table:
+    fts: str
+    content: str  # the content table (ids, parents, org), read as ``c``
+    parent: str
+    texts: str  # the indexed columns' text, in order (the full-text row, FTS5's content table, is ``x``)
+    weights: tuple[float, ...]  # bm25 column weights of those columns, as the store passes them
+    heavy: str = ""  # an FTS5 column filter naming the columns weighted above 1 (a term there counts twice)
+    light: str = ""  # and one naming the others
+
+
+TABLES = {
+    # a memory's text is written to both tables at once; a section's title comes from its document
+    "memory": _Table("memories_fts", "memories", "record", "c.text", (1.0,)),
+    "section": _Table("sections_fts", "sections", "document", "x.c1, x.c2, x.c3", (2.0, 2.0, 1.0), "{title heading}", "{text}"),
+}
+
+
+@dataclass
+class _Statistics:
+    key: tuple  # the FTS5 averages and structure records they were read with
+    rows: int
+    average_length: float
+    df: dict[str, int] = field(default_factory=dict)  # term -> rows of the table holding its phrase
+
+
+class PrunedText:
+    """Pruned BM25 over the FTS5 tables of one SQLite connection (reads through ``query``, under the store's lock)."""
+
+    def __init__(self, query: Query, *, cap: int = 500) -> None:
+        self._query = query
+        self.cap = cap
+        self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics
+        self._pieces: dict[str, tuple[str, ...]] = {}  # piece of text -> its FTS5 tokens
+        self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
+        self._scratch = False  # the temporary tokenising table exists on this connection
+
+    # -- sizes ---------------------------------------------------------------------------------------
+    def scope_rows(self, kind: str, most: int, *, org: str, slots: Sequence[int] | None) -> int:
+        """Rows in the scope (the org's rows of ``kind``, or the rows of ``slots``), counted up to ``most``
+        (at most ``most`` index entries are read)."""
+        table = TABLES[kind]
+        if slots is None:
+            sql = f"SELECT count(*) FROM (SELECT 1 FROM {table.content} WHERE org = ? LIMIT ?)"
+            return int(self._query(sql, [org, most])[0][0])
+        counted = 0
+        for slot in slots:
+            first, last = slot << SLOT_BITS, ((slot + 1) << SLOT_BITS) - 1
+            sql = f"SELECT count(*) FROM (SELECT 1 FROM {table.content} WHERE rowid BETWEEN ? AND ? LIMIT ?)"
+            counted += int(self._query(sql, [first, last, most - counted])[0][0])
+            if counted >= most:
+                break
+        return counted
+
+    def table_rows(self, kind: str) -> int:
+        """Rows in the whole full-text table of ``kind`` (every org's): FTS5's own count, one read."""
+        return self._read_statistics(TABLES[kind], []).rows
+
+    # -- search ------------------------------------------------------------------------------------
+    def search(
+        self, kind: str, found: list[str], *, org: str, limit: int, slots: Sequence[int] | None, prune: bool = True
+    ) -> list[tuple[str, str, float]]:
+        """(id, parent, score) of the best ``limit`` rows of the scope (the org's, or ``slots``') holding any of
+        the terms ``found``, best first, ties by id. With ``prune`` false every matching row of the scope is
+        scored (the complete ranking, as FTS5's bm25() gives it)."""
+        table = TABLES[kind]
+        stats = self._read_statistics(table, found)
+        if stats.rows <= 0:
+            return []
+        matching = sorted((t for t in found if stats.df[t] > 0), key=lambda t: (stats.df[t], t))
+        if not matching:
+            return []
+        if prune:
+            rowids = self._candidates(table, matching, stats.df, org=org, slots=slots, want=max(self.cap, 4 * int(limit)))
+        else:
+            rowids = self._rows(table, _any(matching), org=org, slots=slots, limit=None)
+        scored = self._score(table, found, stats, rowids, org=org)
+        scored.sort(key=lambda row: (-row[2], row[0]))
+        return scored[: int(limit)]
+
+    def _candidates(
+        self, table: _Table, matching: list[str], df: dict[str, int], *, org: str, slots: Sequence[int] | None, want: int
+    ) -> list[int]:
+        """Rowids of the scope's rows holding the rarest terms (see the module's docstring), at most ``want``."""
+        rare: list[str] = []
+        matched = 0
+        for term in matching:  # rarest first; together they match at most ``cap`` rows of the table
+            if matched + df[term] > self.cap:
+                break
+            rare.append(term)
+            matched += df[term]
+        out: dict[int, None] = {}
+        if rare:
+            out.update(dict.fromkeys(self._rows(table, _any(rare), org=org, slots=slots, limit=want)))
+        common = matching[len(rare):]
+        # then rows holding all the common terms together, then all but the commonest, ...: a row lacking only
+        # low-IDF terms scores above one lacking a rarer term
+        for size in range(len(common), 0, -1):
+            if len(out) >= want:
+                break
+            together = " AND ".join(_phrase(t) for t in common[:size])
+            # rows holding them in a heavier column (a section's title or heading) first
+            heavy = [f"{table.heavy} : ({together}) AND {table.light} : ({together})", f"{table.heavy} : ({together})"]
+            for match in (heavy if table.heavy else []) + [together]:
+                if len(out) >= want:
+                    break
+                needed = want - len(out)
+                rows = self._rows(table, match, org=org, slots=slots, limit=_LOOK_AHEAD * needed, skip=out)
+                out.update(dict.fromkeys(rows if len(rows) <= needed else self._shortest(table, rows, needed)))
+        return list(out)
+
+    def _shortest(self, table: _Table, rowids: list[int], count: int) -> list[int]:
+        """The ``count`` shortest rows among ``rowids`` (in tokens; ties by rowid): holding the same terms,
+        a shorter row scores higher."""
+        length: dict[int, int] = {}
+        for start in range(0, len(rowids), 500):
+            chunk = rowids[start : start + 500]
+            sql = f"SELECT id, sz FROM {table.fts}_docsize WHERE id IN ({','.join('?' * len(chunk))})"
+            length.update((int(i), sum(sz) if max(sz, default=0) < 0x80 else sum(_varints(sz))) for i, sz in self._query(sql, chunk))
+        return sorted(rowids, key=lambda r: (length.get(r, 0), r))[:count]
+
+    def _sole(self, table: _Table, org: str) -> bool:
+        """Whether ``org`` is the only org with rows in ``table`` (two reads of the org index's ends)."""
+        low, high = self._query(f"SELECT (SELECT min(org) FROM {table.content}), (SELECT max(org) FROM {table.content})", [])[0]
+        return bool(low == high == org)
+
+    def _rows(
+        self, table: _Table, match: str, *, org: str, slots: Sequence[int] | None, limit: int | None,
+        skip: dict[int, None] | None = None,
+    ) -> list[int]:
+        """Rowids of the scope's rows matching ``match`` (the first ``limit`` besides those in ``skip``)."""
+        fts = table.fts
+        fetch = -1 if limit is None else int(limit) + len(skip or ())
+        params: list[Any]
+        if slots is None and self._sole(table, org):  # no other org's rows to pass over (scored rows are checked again)
+            sql, params = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT ?", [match, fetch]
+        elif slots is None:
+            sql = (
+                f"SELECT f.rowid FROM {fts} f CROSS JOIN {table.content} c ON c.rowid = f.rowid "
+                f"WHERE {fts} MATCH ? AND c.org = ? LIMIT ?"
+            )
+            params = [match, org, fetch]
+        else:  # one FTS5 cursor per slot, each reading that parent's rowid range alone
+            rows: list[int] = []
+            for start in range(0, len(slots), _SLOTS_PER_READ):
+                chunk = slots[start : start + _SLOTS_PER_READ]
+                parts = [f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? AND rowid BETWEEN ? AND ?"] * len(chunk)
+                params = [v for s in chunk for v in (match, s << SLOT_BITS, ((s + 1) << SLOT_BITS) - 1)]
+                rows += [int(r[0]) for r in self._query(" UNION ALL ".join(parts) + " LIMIT ?", [*params, fetch - len(rows) if fetch >= 0 else -1])]
+                if fetch >= 0 and len(rows) >= fetch:
+                    break
+            return rows if not skip else [r for r in rows if r not in skip]
+        rows = [int(r[0]) for r in self._query(sql, params)]
+        return rows if not skip else [r for r in rows if r not in skip]
+
+    def _score(
+        self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str
+    ) -> list[tuple[str, str, float]]:
+        """(id, parent, BM25) of the org's rows among ``rowids``, scored as FTS5's bm25() scores them."""
+        idf = []
+        for term in found:  # in the order of the query's phrases, as bm25() sums them
+            n, hits = stats.rows, stats.df[term]
+            value = math.log((n - hits + 0.5) / (hits + 0.5))
+            idf.append(value if value > 0.0 else 1e-6)
+        content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
+        read: list[tuple] = []
+        for start in range(0, len(rowids), 500):
+            chunk = rowids[start : start + 500]
+            read += self._query(
+                f"SELECT c.id, c.{table.parent}, d.sz, {table.texts} FROM {table.content} c "
+                f"JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
+                f"WHERE c.rowid IN ({','.join('?' * len(chunk))}) AND +c.org = ?",  # by rowid, not the org index
+                [*chunk, org],
+            )
+        weights = table.weights
+        frequencies = _Frequencies(self, [self._tokens(t) for t in found], [r[3 + i] or "" for r in read for i in range(len(weights))])
+        pattern, where, phrases = frequencies.pattern, frequencies.where, range(len(found))
+        k1, b, average = _K1, _B, stats.average_length
+        out = []
+        for row in read:
+            freq = [0.0] * len(found)
+            for column, weight in enumerate(weights):
+                text = row[3 + column]
+                if not text:
+                    continue
+                if pattern is not None and frequencies.plain and text.isascii():
+                    for piece in pattern.findall(text.lower()):
+                        for i, n in where[piece]:
+                            freq[i] += weight * n
+                else:
+                    frequencies.add(text, weight, freq)
+            sizes = row[2]  # a varint per column: one byte each below 128 tokens
+            length = float(sum(sizes) if max(sizes, default=0) < 0x80 else sum(_varints(sizes)))
+            # bm25(): the same operations in the same order (a phrase absent from the row adds exactly 0.0)
+            norm = k1 * (1 - b + b * length / average)
+            score = 0.0
+            for i in phrases:
+                if freq[i]:
+                    score += idf[i] * ((freq[i] * (k1 + 1.0)) / (freq[i] + norm))
+            out.append((row[0], row[1], score))
+        return out
+
+    # -- statistics --------------------------------------------------------------------------------
+    def _read_statistics(self, table: _Table, found: list[str]) -> _Statistics:
+        records = dict(self._query(f"SELECT id, block FROM {table.fts}_data WHERE id IN (1, 10)", []))
+        key = (records.get(1), records.get(10))
+        stats = self._statistics.get(table.fts)
+        if stats is None or stats.key != key:
+            averages = _varints(records.get(1) or b"")
+            rows, tokens = (averages[0], sum(averages[1:])) if averages else (0, 0)
+            stats = _Statistics(key, rows, float(tokens) / float(rows) if rows else 1.0)
+            self._statistics[table.fts] = stats
+        for term in found:
+            if term not in stats.df and not self._tokens(term):
+                stats.df[term] = 0  # no token: FTS5's phrase is empty and matches nothing
+            elif term not in stats.df:
+                sql = f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ?"
+                stats.df[term] = int(self._query(sql, [_phrase(term)])[0][0])
+        return stats
+
+    # -- tokens ------------------------------------------------------------------------------------
+    def _tokens(self, term: str) -> tuple[str, ...]:
+        """The FTS5 tokens of a query term (its phrase)."""
+        split = _pieces(term)
+        self._tokenise([p for p in split if p not in self._pieces])
+        return tuple(t for p in split for t in self._pieces[p])
+
+    def learn(self, texts: list[str], firsts: set[str]) -> None:
+        """Tokenise the pieces of ``texts`` not yet known that may hold a token beginning with one of ``firsts``
+        (stemming keeps a word's first letter), and any piece holding a letter beyond ASCII."""
+        if len(self._pieces) > _PIECES_KEPT:  # start again (before this query's pieces are looked up)
+            self._pieces.clear()
+            self._surface.clear()
+        text = "\n".join(texts)
+        starts = "".join(sorted(c for c in firsts if c.isascii() and c.isalnum()))
+        if text.isascii():  # pieces are runs of letters and digits; only those beginning with ``starts`` matter
+            pieces = set(re.findall(rf"(?<![a-z0-9])[{starts}][a-z0-9]*", text.lower())) if starts else set()
+        else:
+            pieces = {p for p in _pieces(text) if p[:1] in firsts or not p.isascii()}
+        self._tokenise(list(pieces - self._pieces.keys()))
+
+    def _tokenise(self, pieces: list[str]) -> None:
+        """Learn the FTS5 tokens of ``pieces`` (``porter unicode61``, by FTS5 itself)."""
+        todo = [p for p in pieces if not (p.isascii() and p.isdigit())]
+        learnt: list[tuple[str, tuple[str, ...]]] = [(p, (p,)) for p in pieces if p.isascii() and p.isdigit()]  # digits: themselves
+        if todo and not self._scratch:
+            self._query(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.dossier_tokens "
+                "USING fts5 (piece, content = '', tokenize = 'porter unicode61')", [],
+            )  # fmt: skip
+            self._query("CREATE VIRTUAL TABLE IF NOT EXISTS temp.dossier_token_list USING fts5vocab (temp, dossier_tokens, instance)", [])
+            self._scratch = True
+        for start in range(0, len(todo), 5_000):
+            chunk = todo[start : start + 5_000]
+            values = ", ".join("(?, ?)" for _ in chunk)
+            self._query(f"INSERT INTO temp.dossier_tokens (rowid, piece) VALUES {values}", [v for i, p in enumerate(chunk) for v in (i, p)])
+            found: dict[int, list[tuple[int, str]]] = {}
+            for doc, offset, term in self._query("SELECT doc, offset, term FROM temp.dossier_token_list", []):
+                found.setdefault(int(doc), []).append((int(offset), str(term)))
+            self._query("INSERT INTO temp.dossier_tokens (dossier_tokens) VALUES ('delete-all')", [])
+            learnt += [(piece, tuple(t for _, t in sorted(found.get(i, [])))) for i, piece in enumerate(chunk)]
+        for piece, tokens in learnt:
+            self._pieces[piece] = tokens
+            for token, n in Counter(tokens).items():
+                self._surface.setdefault(token, {})[piece] = n
+
+
+class _Frequencies:
+    """Counts, for one query's phrases, their occurrences in texts as FTS5 counts its instances."""
+
+    def __init__(self, search: PrunedText, phrases: list[tuple[str, ...]], texts: list[str]) -> None:
+        search.learn(texts, {t[:1] for p in phrases for t in p})
+        self._known = search._pieces
+        self._multi = [(i, p) for i, p in enumerate(phrases) if len(p) > 1]
+        self.plain = not self._multi  # no phrase of several tokens: ASCII text needs the pattern alone
+        # a piece holding a single-token phrase -> [(phrase, occurrences in the piece)]
+        self.where: dict[str, list[tuple[int, int]]] = {}
+        for i, phrase in enumerate(phrases):
+            if len(phrase) == 1:
+                for piece, n in search._surface.get(phrase[0], {}).items():
+                    self.where.setdefault(piece, []).append((i, n))
+        forms = sorted((p for p in self.where if p.isascii()), key=lambda p: (-len(p), p))
+        # in ASCII text a piece is a run of letters and digits: whole pieces found by one regular expression
+        self.pattern = re.compile(r"(?<![a-z0-9])(?:" + "|".join(map(re.escape, forms)) + r")(?![a-z0-9])") if forms else None
+
+    def add(self, text: str, weight: float, freq: list[float]) -> None:
+        """Add ``weight`` times each phrase's occurrences in ``text`` to ``freq``."""
+        where = self.where
+        split: list[str] | None = None
+        if text.isascii():
+            if self.pattern is not None:
+                for piece in self.pattern.findall(text.lower()):
+                    for i, n in where[piece]:
+                        freq[i] += weight * n
+        else:
+            split = _pieces(text)
+            for piece in split:
+                for i, n in where.get(piece, ()):
+                    freq[i] += weight * n
+        if self._multi:  # phrases: consecutive tokens (an unlearnt ASCII piece is one token, none of theirs)
+            tokens = [t for piece in (split if split is not None else _pieces(text)) for t in self._known.get(piece, ("",))]
+            for i, phrase in self._multi:
+                size = len(phrase)
+                for start in range(len(tokens) - size + 1):
+                    if tokens[start] == phrase[0] and tuple(tokens[start : start + size]) == phrase:
+                        freq[i] += weight
+
+
+def _pieces(text: str) -> list[str]:
+    """The pieces of ``text`` between sure separators; ASCII letters lower-cased (unicode61 folds them)."""
+    if text.isascii():
+        return [p for p in _SEPARATORS.split(text.lower()) if p]
+    return [p.lower() if p.isascii() else p for p in _SEPARATORS.split(text) if p]
+
+
+def _phrase(term: str) -> str:
+    return '"' + term.replace('"', "") + '"'
+
+
+def _any(terms: Sequence[str]) -> str:
+    return " OR ".join(_phrase(t) for t in terms)
+
+
+def _varints(blob: bytes) -> list[int]:
+    """The SQLite varints of an FTS5 record (the averages record, a row's column sizes)."""
+    out, i, size = [], 0, len(blob)
+    while i < size:
+        value = 0
+        for n in range(9):
+            byte = blob[i]
+            i += 1
+            if n == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        out.append(value)
+    return out

@@ -1,0 +1,211 @@
+"""Full-text search over large scopes of the SQLite store (``stores/sqlite_fulltext.py``), on real SQLite.
+
+Below the size line the answers are FTS5's own ``bm25()`` ranking, hit for hit and score for score
+(including where that ranking is now computed in Python, over several parents in a large table); above it
+the search is pruned by IDF: rows holding the rare terms come first, each scored as bm25() scores it,
+and another org's rows never come back either way.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from dossier.bundle import Document, Memory, Org, Section
+from dossier.stores.base import Hit, TextKind, WriteBatch
+from dossier.stores.sqlite import SQLiteStore
+
+WORDS = ("discount renewal contract pricing seats approval quote refund invoice escalation support onboarding "
+         "security migration training rollout budget procurement legal review").split()  # fmt: skip
+RARE = "zanzibar"
+WHEN = datetime(2025, 1, 1, tzinfo=timezone.utc)
+QUESTIONS = [
+    "What discount applies at renewal?",
+    f"Was {RARE} part of the discount?",
+    "NW-EDU-40 pricing for seats",
+    "Café naïve résumé approval",
+    "refunds refund refunded invoices",
+    "foo_bar deal_stage support",
+    "nothing matches xyzzy",
+]
+
+
+def _text(rng: random.Random, extra: str = "") -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(4, 14))]
+    if rng.random() < 0.1:
+        words.insert(rng.randrange(len(words)), rng.choice(["NW-EDU-40", "Café", "naïve", "résumé", "foo_bar", "refunded"]))
+    return (" ".join(words) + extra).capitalize() + "."
+
+
+def _memories(org: str, record: str, count: int, rng: random.Random, rare: int = 0) -> list[tuple[Memory, str]]:
+    out = []
+    for i in range(count):
+        text = _text(rng, f" {RARE} {rng.choice(WORDS)}" if i < rare else "")
+        out.append((Memory(id=f"{record}-m{i}", org=org, record=record, text=text, created_at=WHEN), f"h{i}"))
+    return out
+
+
+def _documents(org: str, count: int, rng: random.Random, rare: int = 0) -> list[tuple[Document, str]]:
+    out = []
+    for d in range(count):
+        sections = tuple(
+            Section(id=f"{org}-d{d}-s{s}", heading=_text(rng, f" {RARE}" if d < rare and s == 0 else ""), text=_text(rng) + " " + _text(rng))
+            for s in range(8)
+        )  # fmt: skip
+        out.append((Document(id=f"{org}-d{d}", org=org, title=f"Policy {rng.choice(WORDS)}", sections=sections), f"h{d}"))
+    return out
+
+
+def _complete(path: Path, kind: TextKind, query: str, *, org: str, limit: int, parents: list[str] | None = None) -> list[Hit]:
+    """FTS5's complete bm25() ranking, as the store ranked every search before pruning (the reference)."""
+    from dossier.stores.fulltext import fts5_query
+
+    match = fts5_query(query)
+    if match is None:
+        return []
+    if kind == "memory":
+        fts, table, parent, rank = "memories_fts", "memories", "record", "bm25(memories_fts)"
+    else:
+        fts, table, parent, rank = "sections_fts", "sections", "document", "bm25(sections_fts, 0.0, 2.0, 2.0, 1.0)"
+    within = f" AND c.{parent} IN ({','.join('?' * len(parents))})" if parents else ""
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute(
+            f"SELECT c.id, c.{parent}, {rank} AS rank FROM {fts} CROSS JOIN {table} c ON c.rowid = {fts}.rowid "
+            f"WHERE {fts} MATCH ? AND c.org = ?{within} ORDER BY rank, c.id LIMIT ?",
+            [match, org, *(parents or []), limit],
+        ).fetchall()
+    finally:
+        db.close()
+    return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two orgs in one file: org a with one large record and three small ones, 300 documents; org b small."""
+    path = tmp_path_factory.mktemp("text") / "mixed.db"
+    rng = random.Random(11)
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    batch.memories += _memories("a", "a-big", 3000, rng, rare=3)
+    for record in ("a-c1", "a-c2", "a-c3"):
+        batch.memories += _memories("a", record, 30, rng, rare=1)
+    batch.memories += _memories("b", "b-big", 200, rng, rare=5)
+    batch.documents += _documents("a", 300, rng, rare=2) + _documents("b", 20, rng, rare=2)
+    store.write(batch)
+    store.close()
+    return path
+
+
+@pytest.mark.parametrize("query", QUESTIONS)
+def test_below_the_line_the_answers_are_bm25s(mixed: Path, query: str) -> None:
+    store = SQLiteStore(mixed)  # the default line (20,000 rows): every scope here lies below it
+    try:
+        searches: list[tuple[TextKind, list[str] | None]] = [
+            ("memory", None), ("memory", ["a-big"]), ("memory", ["a-c1"]),
+            ("memory", ["a-c1", "a-c2", "a-c3"]),  # several parents in a table 30 times their size: ranked in Python
+            ("memory", ["a-c1", "a-c2", "a-big"]), ("section", None), ("section", ["a-d1"]),
+            ("section", ["a-d0", "a-d1", "a-d7"]),  # likewise
+            ("memory", ["b-big"]),  # org b's record: none of org a's
+        ]  # fmt: skip
+        for kind, parents in searches:
+            for limit in (1, 10, 100):
+                got = store.search_text(kind, query, org="a", limit=limit, parents=parents)
+                assert got == _complete(mixed, kind, query, org="a", limit=limit, parents=parents), (kind, parents, limit)
+    finally:
+        store.close()
+
+
+def test_the_complete_ranking_in_python_matches_bm25_to_the_bit(mixed: Path) -> None:
+    """The BM25 computed over candidates (what pruning scores with) is bm25()'s, for every matching row."""
+    store = SQLiteStore(mixed)
+    try:
+        searches: list[tuple[TextKind, list[str] | None]] = [("memory", ["a-big"]), ("section", None)]
+        for query in QUESTIONS:
+            for kind, parents in searches:
+                got = store._pruned(kind, query, org="a", limit=10_000, slots=_slots(store, kind, "a", parents), prune=False)
+                assert got == _complete(mixed, kind, query, org="a", limit=10_000, parents=parents), (kind, query)
+    finally:
+        store.close()
+
+
+def _slots(store: SQLiteStore, kind: str, org: str, parents: list[str] | None) -> list[int] | None:
+    return None if parents is None else store._slots(kind, org, parents)
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Org a: one record of 6,000 memories (8 holding a rare word) and 600 documents; org b holds the rare
+    word too, in more rows than org a."""
+    path = tmp_path_factory.mktemp("text") / "large.db"
+    rng = random.Random(5)
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    batch.memories += _memories("a", "a-big", 6000, rng, rare=8)
+    batch.memories += _memories("b", "b-big", 1500, rng, rare=300)
+    batch.documents += _documents("a", 600, rng, rare=4) + _documents("b", 200, rng, rare=100)
+    store.write(batch)
+    store.close()
+    return path
+
+
+@pytest.mark.parametrize("kind, parents", [("memory", ["a-big"]), ("memory", None), ("section", None)])
+def test_pruned_search_puts_the_rare_terms_rows_first(large: Path, kind: TextKind, parents: list[str] | None) -> None:
+    store = SQLiteStore(large, text_prune_rows=1000)  # org a's scopes hold 4,800 to 6,000 rows: pruned
+    try:
+        query = f"Which {RARE} renewal discount?"
+        got = store.search_text(kind, query, org="a", limit=10, parents=parents)
+        complete = _complete(large, kind, query, org="a", limit=10_000, parents=parents)
+        rare = 8 if kind == "memory" else 4
+        assert {h.id for h in got[:rare]} == {h.id for h in complete[:rare]}  # the rows holding the rare word
+        assert got[:rare] == complete[:rare]  # in the same order, with bm25()'s scores
+        scores = {h.id: h.score for h in complete}
+        assert all(h.score == scores[h.id] for h in got)  # every pruned hit scored exactly as bm25() scores it
+        assert len({h.id for h in got} & {h.id for h in complete[:10]}) >= 7
+        # a question with no rare word: still the complete ranking's best score first
+        common = store.search_text(kind, "renewal discount pricing", org="a", limit=10, parents=parents)
+        best = _complete(large, kind, "renewal discount pricing", org="a", limit=1, parents=parents)
+        assert common and common[0].score == best[0].score
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("line", [1000, 20_000])
+def test_another_orgs_rows_never_come_back(large: Path, line: int) -> None:
+    store = SQLiteStore(large, text_prune_rows=line)  # pruned (1,000) or complete (20,000)
+    try:
+        for org in ("a", "b"):
+            searches: list[tuple[TextKind, list[str] | None]] = [("memory", None), ("memory", [f"{org}-big"]), ("section", None)]
+            for kind, parents in searches:
+                hits = store.search_text(kind, f"{RARE} renewal", org=org, limit=200, parents=parents)
+                assert hits, (kind, org)
+                assert all(h.id.startswith(f"{org}-") for h in hits), (kind, org)
+                owned = _complete(large, kind, f"{RARE} renewal", org=org, limit=100_000, parents=parents)
+                assert {h.id for h in hits} <= {h.id for h in owned}, (kind, org)
+            # org a asking for org b's record gets nothing
+            assert store.search_text("memory", f"{RARE} renewal", org=org, limit=10, parents=["b-big" if org == "a" else "a-big"]) == []
+    finally:
+        store.close()
+
+
+def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
+    """Document frequencies are kept while the index is unchanged; a write (this process's or another's) shows."""
+    path = tmp_path / "fresh.db"
+    rng = random.Random(3)
+    store = SQLiteStore(path, text_prune_rows=500)
+    other = SQLiteStore(path, text_prune_rows=500)
+    try:
+        store.write(WriteBatch(orgs=[Org(id="a")], memories=_memories("a", "a-big", 800, rng, rare=2)))
+        query = f"{RARE} renewal"
+        assert store.search_text("memory", query, org="a", limit=2) == _complete(path, "memory", query, org="a", limit=2)
+        other.write(WriteBatch(memories=_memories("a", "a-new", 50, rng, rare=50)))  # another connection writes
+        assert store.search_text("memory", query, org="a", limit=52) == _complete(path, "memory", query, org="a", limit=52)
+        store.write(WriteBatch(memories=_memories("a", "a-more", 30, rng, rare=30)))  # and this one
+        assert store.search_text("memory", query, org="a", limit=82) == _complete(path, "memory", query, org="a", limit=82)
+    finally:
+        store.close()
+        other.close()
