@@ -94,6 +94,9 @@ class Settings:
     # with a split by conversation: docs/evaluation.md).
     memory_rrf_k: int = 10
     memory_text_weight: float = 2.0
+    # A multi-part question's document search adds this times the vector of the memory the memory ranker
+    # rates best (0: off); chosen on the training sets' questions (docs/evaluation.md).
+    memory_informed_weight: float = 0.8
     graph_max_hops: int = 3
     graph_max_edges: int = 50
     include_stub_edges: bool = False

@@ -6,6 +6,7 @@ order the source recorded them."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 from typing import cast
 
@@ -35,8 +36,8 @@ def source_query(call: Call) -> SourceQuery:
         record_named=call.request.record is not None, record=res.record, tombstone=res.tombstone,
         merged_from=tuple(res.merged_from), record_ids=tuple(res.record_ids), mode=plan.mode,
         depth=plan.effective_depth, document_query=understanding.document_query,
-        memory_query=understanding.memory_query, filters=understanding.filters, fetch=tuple(call.request.fetch or ()),
-        settings=call.settings, trace=bool(call.request.trace),
+        memory_query=understanding.memory_query, parts=understanding.parts, filters=understanding.filters,
+        fetch=tuple(call.request.fetch or ()), settings=call.settings, trace=bool(call.request.trace),
     )  # fmt: skip
 
 
@@ -90,6 +91,8 @@ def _recall(call: Call, query: SourceQuery, tools: SourceTools) -> None:
             call.fail(name, found.error)
             continue
         call.candidates[name] = found.items
+        if found.lead is not None and found.lead.record_id in query.record_ids:  # a later source may read it
+            query = dataclasses.replace(query, memory_lead=found.lead)
         if name != "documents":  # the documents source notes its candidates itself, with how each was found
             for item in found.items:
                 call.note(name, item_key(item), "recall", "kept", getattr(item, "tier", None), getattr(item, "score", None))

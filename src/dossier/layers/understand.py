@@ -114,6 +114,7 @@ def understand(call: Call) -> None:
     documents_part, memories_part = split_question(query)
     u.document_query = " ".join([documents_part, *u.rephrasings]).strip()
     u.memory_query = memories_part
+    u.parts = max(1, len(question_parts(query)))
     if call.message:
         call.decide("understand", detail={"document_query": u.document_query, "memory_query": u.memory_query})
 
@@ -140,10 +141,15 @@ _CUSTOMER = re.compile(
 )
 
 
+def question_parts(message: str) -> list[str]:
+    """The parts a question asks, split where :data:`_PARTS` joins them (parts of one word dropped)."""
+    return [p.strip(" ,.?") for p in _PARTS.split(message) if p and len(p.split()) >= 2]
+
+
 def split_question(message: str) -> tuple[str, str]:
     """(document query, memory query): the rules part and the customer part of a multi-part question,
     or the whole question twice when it is not one of each."""
-    parts = [p.strip(" ,.?") for p in _PARTS.split(message) if p and len(p.split()) >= 2]
+    parts = question_parts(message)
     if len(parts) < 2:
         return message, message
     rules = [p for p in parts if _RULES.search(p) and not _CUSTOMER.search(p)]

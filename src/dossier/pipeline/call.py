@@ -88,6 +88,7 @@ class Understanding:
     inferred: dict[str, Any] = field(default_factory=dict)
     document_query: str = ""
     memory_query: str = ""  # the part of a multi-part question about the customer (else the question)
+    parts: int = 1  # how many parts the question asks (layers/understand.py: question_parts)
     rephrasings: list[str] = field(default_factory=list)
 
 

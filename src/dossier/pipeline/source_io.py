@@ -32,6 +32,16 @@ from .visibility import verdict
 SourceEvent = Decision | Degraded | TraceEntry
 
 
+@dataclass(frozen=True)
+class MemoryLead:
+    """The memory the memories source rated best for this call: what a multi-part question's document
+    search may read (the recall layer passes it on only when it belongs to one of the call's records)."""
+
+    id: str
+    record_id: str
+    text: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class SourceQuery:
     """What a source reads about one call: who asks, about which record, the question as understood, and
@@ -49,6 +59,8 @@ class SourceQuery:
     depth: Depth = "standard"  # the plan's effective depth
     document_query: str = ""  # the understood document query (empty: the question)
     memory_query: str = ""  # the part of the question about the customer (empty: the question)
+    parts: int = 1  # how many parts the question asks (layers/understand.py: question_parts)
+    memory_lead: MemoryLead | None = None  # the memory the memories source rated best (set by the recall layer)
     filters: Filters | None = None  # the caller's or the inferred filters
     fetch: tuple[str, ...] = ()  # the documents a fetch call names
     settings: Settings = field(default_factory=Settings)
@@ -92,6 +104,7 @@ class Found:
     failed: bool = False
     error: Exception | None = None
     trace: bool = True  # False: :meth:`note` records nothing (no trace was asked for)
+    lead: MemoryLead | None = None  # memories: the one the ranker rates best, for the documents source
 
     def decide(self, route: str, /, *, detail: dict[str, Any] | None = None, append: dict[str, Any] | None = None,
                **fields: Any) -> None:  # fmt: skip

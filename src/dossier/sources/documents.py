@@ -10,6 +10,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
+
 from ..bundle import Document
 from ..schema import Filters, SourceName
 from ..providers import adapter as adapters
@@ -59,11 +61,13 @@ class DocumentsSource:
         if query.mode == "fetch" or not query.message:
             return {}
         text, limit = self._query_and_limit(query)
-        vector = tools.embed_query(text)
-        started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
-        if started is None:
-            return {}
-        out = {"documents.vector": started}
+        out: dict[str, Future[Any]] = {}
+        if not self._may_inform(query):  # else the vector search waits for the memories source's lead
+            vector = tools.embed_query(text)
+            started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
+            if started is None:
+                return {}
+            out["documents.vector"] = started
         if query.depth != "fast":
             words = tools.background(self._text_search, tools.store, query.org, text, limit)
             if words is not None:
@@ -80,9 +84,15 @@ class DocumentsSource:
         text, limit = self._query_and_limit(query)
         filters, store, org = query.filters, tools.store, query.org
         vector = tools.embed_query(text)
+        informed = self._informed(query, tools, vector)
+        if informed is not None:
+            vector = informed
+            assert query.memory_lead is not None
+            found.decide("documents", detail={"memory_informed": query.memory_lead.id})
         vector_hits = guarded(
             found, "documents",
-            lambda: tools.take("documents.vector", lambda: store.search_vectors("section", vector, org=org, limit=limit)),
+            lambda: (store.search_vectors("section", vector, org=org, limit=limit) if informed is not None else
+                     tools.take("documents.vector", lambda: store.search_vectors("section", vector, org=org, limit=limit))),
             what="vector search",
         )  # fmt: skip
         text_hits: list[Hit] | None = []
@@ -108,6 +118,26 @@ class DocumentsSource:
         kept = self._apply_filters(query, tools, found, candidates, filters)
         self._adapt(query, tools, found, kept, vector, limit=500)
         return kept
+
+    @staticmethod
+    def _informed(query: SourceQuery, tools: SourceTools, vector: np.ndarray) -> np.ndarray | None:
+        """The document query for a multi-part question about a record: the question's vector plus
+        ``memory_informed_weight`` times that of the memory the memories source rated best, so that "what
+        was the fine for, and who pays it?" searches for the rule on what the memory says the fine was
+        for. None (search with the question alone) for a one-part question, without such a memory, at
+        ``fast`` depth, or with the weight 0."""
+        lead = query.memory_lead
+        if lead is None or not DocumentsSource._may_inform(query):
+            return None
+        mixed = vector + query.settings.memory_informed_weight * tools.embed_query(lead.text)
+        norm = float(np.linalg.norm(mixed))
+        return mixed / norm if norm > 0 else None
+
+    @staticmethod
+    def _may_inform(query: SourceQuery) -> bool:
+        """Whether a memory may inform this call's document search (when the memories source finds one)."""
+        return (query.settings.memory_informed_weight > 0 and query.parts >= 2 and bool(query.record_ids)
+                and query.depth != "fast")  # fmt: skip
 
     @staticmethod
     def _text_search(store: Store, org: str, text: str, limit: int) -> list[Hit]:

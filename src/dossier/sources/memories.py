@@ -11,7 +11,7 @@ import numpy as np
 from ..bundle import Memory
 
 from ..pipeline.features import MEMORY_FEATURES, MemoryEvidence, memory_features
-from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
+from ..pipeline.source_io import Found, MemoryLead, SourceQuery, SourceTools, recalled
 from ..providers import adapter as adapters
 from ..providers import ranker as rankers
 from ..providers.ranker import RankerUnavailable
@@ -62,6 +62,8 @@ class MemoriesSource:
         found.decide("memories", detail={"recent_ranked": sum(1 for i in lead if i in newest)})
         items = {m.id: m for m in tier2} | newest
         first = [items[i] for i in lead if i in items]
+        if first:  # what the documents source may read: the memory the ranker rates best (recall layer)
+            found.lead = MemoryLead(id=first[0].id, record_id=first[0].record_id, text=first[0].text)
         placed = {m.id for m in first}
         return first + [m for m in tier1 if m.id not in placed]
 
