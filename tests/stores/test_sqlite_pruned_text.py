@@ -103,7 +103,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("query", QUESTIONS)
 def test_below_the_line_the_answers_are_bm25s(mixed: Path, query: str) -> None:
-    store = SQLiteStore(mixed)  # the default line (20,000 rows): every scope here lies below it
+    store = SQLiteStore(mixed)  # the default line (30,000 rows): every scope here lies below it
     try:
         searches: list[tuple[TextKind, list[str] | None]] = [
             ("memory", None), ("memory", ["a-big"]), ("memory", ["a-c1"]),
@@ -174,9 +174,9 @@ def test_pruned_search_puts_the_rare_terms_rows_first(large: Path, kind: TextKin
         store.close()
 
 
-@pytest.mark.parametrize("line", [1000, 20_000])
+@pytest.mark.parametrize("line", [1000, 30_000])
 def test_another_orgs_rows_never_come_back(large: Path, line: int) -> None:
-    store = SQLiteStore(large, text_prune_rows=line)  # pruned (1,000) or complete (20,000)
+    store = SQLiteStore(large, text_prune_rows=line)  # pruned (1,000) or complete (30,000)
     try:
         for org in ("a", "b"):
             searches: list[tuple[TextKind, list[str] | None]] = [("memory", None), ("memory", [f"{org}-big"]), ("section", None)]

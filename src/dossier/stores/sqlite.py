@@ -47,7 +47,7 @@ class SQLiteStore:
         ann_min_rows: int = 5_000,
         ann_compact_after: int = 5_000,
         vector_cache_bytes: int = 256 << 20,
-        text_prune_rows: int = 20_000,
+        text_prune_rows: int = 30_000,
     ) -> None:
         """``hnsw_min_rows``: org-wide searches of an org and kind with this many vectors ask the ANN index.
         ``ann_min_rows``: an org and kind this large gets its persisted ANN index (built by the write that

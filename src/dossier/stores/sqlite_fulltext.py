@@ -9,10 +9,13 @@ the table. Among 100,000 memories of one record a typical question matches some 
   are FTS5's own, read from its index and kept per process for as long as the index is unchanged (its
   structure and averages records are compared before each search: one indexed read; any write to the
   table changes both);
-* the candidates are the rows of the scope holding the rarest terms: every row holding the terms that
-  together match at most ``cap`` rows of the table, then rows holding all the other terms together,
-  then all but the commonest of them, and so on, until ``cap`` candidates are found; only those rows are
-  read and scored;
+* the candidates (``cap``, 500, or four times the hits asked for) are rows of the scope holding the
+  rarest terms: every row holding the terms that together match at most ``cap`` rows of the table; then
+  rows holding all the other terms together, then all but the commonest of them, and so on (terms
+  weighing under a quarter of the rarest of them only add to the scores); for sections, rows holding
+  them in the title or heading (weight 2) and in the text first, then in the title or heading. Where a
+  step offers more rows than are still wanted, four times as many are read and the shortest kept (at
+  equal terms a shorter row scores higher). Only the candidates' text is read and scored;
 * a candidate's score is BM25 as ``fts5_aux.c`` computes it: k1 = 1.2, b = 0.75, a term's IDF
   ``ln((N - df + 0.5) / (df + 0.5))`` (at least 1e-6), its frequency in the row weighted by column (the
   store's weights), the row's length in tokens from FTS5's own record of it, the same arithmetic in the
@@ -21,13 +24,18 @@ the table. Among 100,000 memories of one record a typical question matches some 
   surely splits (ASCII punctuation, whitespace) and each piece is turned into tokens by FTS5 itself (a
   scratch table in the connection's temporary database), once per distinct piece per process.
 
-What pruning gives up: a row holding none of the terms that chose the candidates, or one past the
-``cap`` rows read, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40``
-are phrases (consecutive tokens), as in FTS5.
+What pruning gives up: a row holding none of the terms that chose the candidates, or one not read
+among them, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40`` are
+phrases (consecutive tokens), as in FTS5. With ``prune`` false the same scoring ranks every matching row
+of the scope: FTS5's complete ranking, without its reads of the whole table (the store uses it for a few
+parents' rows in a large table).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import json
 import math
 import re
 from collections import Counter
@@ -42,6 +50,7 @@ _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 _SEPARATORS = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\s]+")
 _PIECES_KEPT = 500_000
 _SLOTS_PER_READ = 200  # parents' rowid ranges read by one statement (SQLite allows 500 terms in a compound)
+_SCOPES_KEPT = 10_000  # scope sizes kept per table while its index is unchanged
 _LOOK_AHEAD = 4  # rows read per candidate wanted from a stage of candidates, the shortest kept  # tokenised pieces kept per process (the cache starts again past this)
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
@@ -71,6 +80,7 @@ class _Statistics:
     rows: int
     average_length: float
     df: dict[str, int] = field(default_factory=dict)  # term -> rows of the table holding its phrase
+    scopes: dict[tuple, int] = field(default_factory=dict)  # (org, most, slots) -> rows counted (scope_rows)
 
 
 class PrunedText:
@@ -87,18 +97,26 @@ class PrunedText:
     # -- sizes ---------------------------------------------------------------------------------------
     def scope_rows(self, kind: str, most: int, *, org: str, slots: Sequence[int] | None) -> int:
         """Rows in the scope (the org's rows of ``kind``, or the rows of ``slots``), counted up to ``most``
-        (at most ``most`` index entries are read)."""
+        (at most ``most`` index entries are read; kept while the table's index is unchanged)."""
         table = TABLES[kind]
+        stats = self._read_statistics(table, [])
+        key = (org, most, None if slots is None else tuple(slots))
+        if key in stats.scopes:
+            return stats.scopes[key]
         if slots is None:
             sql = f"SELECT count(*) FROM (SELECT 1 FROM {table.content} WHERE org = ? LIMIT ?)"
-            return int(self._query(sql, [org, most])[0][0])
-        counted = 0
-        for slot in slots:
-            first, last = slot << SLOT_BITS, ((slot + 1) << SLOT_BITS) - 1
-            sql = f"SELECT count(*) FROM (SELECT 1 FROM {table.content} WHERE rowid BETWEEN ? AND ? LIMIT ?)"
-            counted += int(self._query(sql, [first, last, most - counted])[0][0])
-            if counted >= most:
-                break
+            counted = int(self._query(sql, [org, most])[0][0])
+        else:
+            counted = 0
+            for slot in slots:
+                first, last = slot << SLOT_BITS, ((slot + 1) << SLOT_BITS) - 1
+                sql = f"SELECT count(*) FROM (SELECT 1 FROM {table.content} WHERE rowid BETWEEN ? AND ? LIMIT ?)"
+                counted += int(self._query(sql, [first, last, most - counted])[0][0])
+                if counted >= most:
+                    break
+        if len(stats.scopes) > _SCOPES_KEPT:
+            stats.scopes.clear()
+        stats.scopes[key] = counted
         return counted
 
     def table_rows(self, kind: str) -> int:
@@ -120,7 +138,7 @@ class PrunedText:
         if not matching:
             return []
         if prune:
-            rowids = self._candidates(table, matching, stats.df, org=org, slots=slots, want=max(self.cap, 4 * int(limit)))
+            rowids = self._candidates(table, matching, stats, org=org, slots=slots, want=max(self.cap, 4 * int(limit)))
         else:
             rowids = self._rows(table, _any(matching), org=org, slots=slots, limit=None)
         scored = self._score(table, found, stats, rowids, org=org)
@@ -128,9 +146,10 @@ class PrunedText:
         return scored[: int(limit)]
 
     def _candidates(
-        self, table: _Table, matching: list[str], df: dict[str, int], *, org: str, slots: Sequence[int] | None, want: int
+        self, table: _Table, matching: list[str], stats: _Statistics, *, org: str, slots: Sequence[int] | None, want: int
     ) -> list[int]:
         """Rowids of the scope's rows holding the rarest terms (see the module's docstring), at most ``want``."""
+        df = stats.df
         rare: list[str] = []
         matched = 0
         for term in matching:  # rarest first; together they match at most ``cap`` rows of the table
@@ -141,9 +160,13 @@ class PrunedText:
         out: dict[int, None] = {}
         if rare:
             out.update(dict.fromkeys(self._rows(table, _any(rare), org=org, slots=slots, limit=want)))
-        common = matching[len(rare):]
         # then rows holding all the common terms together, then all but the commonest, ...: a row lacking only
-        # low-IDF terms scores above one lacking a rarer term
+        # low-IDF terms scores above one lacking a rarer term. Terms weighing under a quarter of the rarest
+        # common one (a word in half the rows weighs nearly nothing) only add to the scores: requiring them
+        # would prefer rows that hold them over shorter rows that score higher.
+        common = matching[len(rare):]
+        idf = {t: _idf(stats.rows, df[t]) for t in common}
+        common = [t for t in common if idf[t] >= idf[common[0]] / 4] if common else []
         for size in range(len(common), 0, -1):
             if len(out) >= want:
                 break
@@ -162,10 +185,8 @@ class PrunedText:
         """The ``count`` shortest rows among ``rowids`` (in tokens; ties by rowid): holding the same terms,
         a shorter row scores higher."""
         length: dict[int, int] = {}
-        for start in range(0, len(rowids), 500):
-            chunk = rowids[start : start + 500]
-            sql = f"SELECT id, sz FROM {table.fts}_docsize WHERE id IN ({','.join('?' * len(chunk))})"
-            length.update((int(i), sum(sz) if max(sz, default=0) < 0x80 else sum(_varints(sz))) for i, sz in self._query(sql, chunk))
+        sql = f"SELECT id, sz FROM {table.fts}_docsize WHERE id IN (SELECT value FROM json_each(?))"
+        length.update((int(i), _size(sz)) for i, sz in self._query(sql, [json.dumps(rowids)]))
         return sorted(rowids, key=lambda r: (length.get(r, 0), r))[:count]
 
     def _sole(self, table: _Table, org: str) -> bool:
@@ -206,44 +227,47 @@ class PrunedText:
         self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str
     ) -> list[tuple[str, str, float]]:
         """(id, parent, BM25) of the org's rows among ``rowids``, scored as FTS5's bm25() scores them."""
-        idf = []
-        for term in found:  # in the order of the query's phrases, as bm25() sums them
-            n, hits = stats.rows, stats.df[term]
-            value = math.log((n - hits + 0.5) / (hits + 0.5))
-            idf.append(value if value > 0.0 else 1e-6)
+        idf = [_idf(stats.rows, stats.df[term]) for term in found]  # in the order of the query's phrases
         content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
-        read: list[tuple] = []
-        for start in range(0, len(rowids), 500):
-            chunk = rowids[start : start + 500]
-            read += self._query(
-                f"SELECT c.id, c.{table.parent}, d.sz, {table.texts} FROM {table.content} c "
-                f"JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
-                f"WHERE c.rowid IN ({','.join('?' * len(chunk))}) AND +c.org = ?",  # by rowid, not the org index
-                [*chunk, org],
-            )
-        weights = table.weights
+        read = self._query(
+            f"SELECT c.id, c.{table.parent}, d.sz, {table.texts} FROM {table.content} c "
+            f"JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
+            f"WHERE c.rowid IN (SELECT value FROM json_each(?)) AND +c.org = ?",  # by rowid, not the org index
+            [json.dumps(rowids), org],
+        )
+        weights, count = table.weights, len(found)
         frequencies = _Frequencies(self, [self._tokens(t) for t in found], [r[3 + i] or "" for r in read for i in range(len(weights))])
-        pattern, where, phrases = frequencies.pattern, frequencies.where, range(len(found))
-        k1, b, average = _K1, _B, stats.average_length
-        out = []
-        for row in read:
-            freq = [0.0] * len(found)
+        freqs = [[0.0] * count for _ in read]
+        # ASCII texts (most): every whole piece that is a form of a phrase, found by one scan of them all
+        plain: list[tuple[int, float]] = []  # (row, column weight) of each text in ``joined``
+        texts: list[str] = []
+        for r, row in enumerate(read):
             for column, weight in enumerate(weights):
                 text = row[3 + column]
                 if not text:
                     continue
-                if pattern is not None and frequencies.plain and text.isascii():
-                    for piece in pattern.findall(text.lower()):
-                        for i, n in where[piece]:
-                            freq[i] += weight * n
+                if frequencies.plain and text.isascii():
+                    plain.append((r, weight))
+                    texts.append(text)
                 else:
-                    frequencies.add(text, weight, freq)
-            sizes = row[2]  # a varint per column: one byte each below 128 tokens
-            length = float(sum(sizes) if max(sizes, default=0) < 0x80 else sum(_varints(sizes)))
+                    frequencies.add(text, weight, freqs[r])
+        if plain and frequencies.pattern is not None:
+            joined = "\n".join(texts).lower()  # a newline separates pieces, as within a text
+            starts, at = list(itertools.accumulate((len(t) + 1 for t in texts), initial=0)), bisect.bisect_right
+            where = frequencies.where
+            for found_at in frequencies.pattern.finditer(joined):
+                r, weight = plain[at(starts, found_at.start()) - 1]
+                freq = freqs[r]
+                for i, n in where[found_at.group()]:
+                    freq[i] += weight * n
+        k1, b, average = _K1, _B, stats.average_length
+        out = []
+        for row, freq in zip(read, freqs):
+            length = float(_size(row[2]))
             # bm25(): the same operations in the same order (a phrase absent from the row adds exactly 0.0)
             norm = k1 * (1 - b + b * length / average)
             score = 0.0
-            for i in phrases:
+            for i in range(count):
                 if freq[i]:
                     score += idf[i] * ((freq[i] * (k1 + 1.0)) / (freq[i] + norm))
             out.append((row[0], row[1], score))
@@ -368,6 +392,17 @@ def _phrase(term: str) -> str:
 
 def _any(terms: Sequence[str]) -> str:
     return " OR ".join(_phrase(t) for t in terms)
+
+
+def _idf(rows: int, hits: int) -> float:
+    """bm25()'s inverse document frequency of a phrase that ``hits`` of the table's ``rows`` hold."""
+    value = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return value if value > 0.0 else 1e-6
+
+
+def _size(sizes: bytes) -> int:
+    """A row's length in tokens, from FTS5's record of its columns' sizes (a varint each)."""
+    return sum(sizes) if sizes.isascii() else sum(_varints(sizes))  # one byte per column below 128 tokens
 
 
 def _varints(blob: bytes) -> list[int]:
