@@ -33,8 +33,6 @@ parents' rows in a large table).
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import json
 import math
 import re
@@ -238,27 +236,31 @@ class PrunedText:
         weights, count = table.weights, len(found)
         frequencies = _Frequencies(self, [self._tokens(t) for t in found], [r[3 + i] or "" for r in read for i in range(len(weights))])
         freqs = [[0.0] * count for _ in read]
-        # ASCII texts (most): every whole piece that is a form of a phrase, found by one scan of them all
-        plain: list[tuple[int, float]] = []  # (row, column weight) of each text in ``joined``
+        # ASCII texts (most): every whole piece that is a form of a phrase, found by one scan of them all, in
+        # which a NUL marks where the next text begins
+        plain: list[tuple[int, float]] = []  # (row, column weight) of each text scanned
         texts: list[str] = []
         for r, row in enumerate(read):
             for column, weight in enumerate(weights):
                 text = row[3 + column]
                 if not text:
                     continue
-                if frequencies.plain and text.isascii():
+                if frequencies.plain and text.isascii() and "\x00" not in text:
                     plain.append((r, weight))
                     texts.append(text)
                 else:
                     frequencies.add(text, weight, freqs[r])
         if plain and frequencies.pattern is not None:
-            joined = "\n".join(texts).lower()  # a newline separates pieces, as within a text
-            starts, at = list(itertools.accumulate((len(t) + 1 for t in texts), initial=0)), bisect.bisect_right
-            where = frequencies.where
-            for found_at in frequencies.pattern.finditer(joined):
-                r, weight = plain[at(starts, found_at.start()) - 1]
+            where, scan = frequencies.where, re.compile("\x00|" + frequencies.pattern.pattern)
+            at = 0
+            r, weight = plain[0]
+            for piece in scan.findall("\x00".join(texts).lower()):
+                if piece == "\x00":
+                    at += 1
+                    r, weight = plain[at]
+                    continue
                 freq = freqs[r]
-                for i, n in where[found_at.group()]:
+                for i, n in where[piece]:
                     freq[i] += weight * n
         k1, b, average = _K1, _B, stats.average_length
         out = []
