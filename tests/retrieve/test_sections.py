@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 import dossier
+from dossier.pipeline.places import region_words
 from dossier.providers.ranker import FILE_ENV
 
 from .conftest import ids
@@ -47,6 +48,57 @@ def test_sibling_replaces_the_general_pick_when_its_qualifier_is_named(sample_en
     assert ids(emea, "documents")[0].startswith("doc-pricing-emea")
     general = scout(sample_engine, "What are the volume discount bands for a customer in Ohio?")
     assert ids(general, "documents")[0] == "doc-pricing-s2"
+
+
+CLAIMS = {
+    "orgs": [{"id": "ship", "name": "Ship Co"}],
+    "callers": [{"id": "ops", "org": "ship", "roles": ["ops"]}],
+    "records": [
+        {"id": "rec-kenji", "org": "ship", "kind": "contact", "identifiers": {"email": "kenji@example.jp"},
+         "properties": {"name": "Kenji Sato", "country": "Japan"}},
+        {"id": "rec-amy", "org": "ship", "kind": "contact", "identifiers": {"email": "amy@example.com"},
+         "properties": {"name": "Amy Lane", "country": "United States"}},
+    ],
+    "documents": [
+        {"id": "doc-claims", "org": "ship", "title": "Cargo Claims Procedure", "sections": [
+            {"id": "doc-claims-s1", "heading": "Notice deadlines",
+             "text": "Visible damage must be noted on delivery; concealed damage must be notified within 7 days."},
+            {"id": "doc-claims-s2", "heading": "Evidence required", "text": "Photos, the delivery note and the invoice."},
+        ]},
+        {"id": "doc-claims-apac", "org": "ship", "title": "APAC Cargo Claims Procedure", "sections": [
+            {"id": "doc-claims-apac-s1", "heading": "Notice deadlines",
+             "text": "Visible damage must be noted on delivery; concealed damage must be notified within 3 days."},
+            {"id": "doc-claims-apac-s2", "heading": "Evidence required", "text": "Photos and a survey report."},
+        ]},
+    ],
+}
+
+
+def test_a_place_in_the_region_names_the_regional_sibling(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    asked = "A customer in {} found crushed cartons a week after delivery. How long did they have to notify us?"
+    with dossier.open(f"sqlite:///{tmp_path}/claims.db", embedder=embedder) as engine:
+        engine.load_bundle(CLAIMS)
+
+        def first(message: str, record: dict | None = None) -> str:
+            body = {"message": message, **({"record": record} if record else {})}
+            return ids(engine.retrieve(body, org="ship", caller="ops"), "documents")[0]
+
+        assert first(asked.format("Singapore")) == "doc-claims-apac-s1"  # Singapore is in APAC
+        assert first(asked.format("Osaka")) == "doc-claims-apac-s1"
+        assert first(asked.format("Ohio")) == "doc-claims-s1"  # the general rule elsewhere
+        question = "How long does this customer have to notify us of concealed damage?"
+        assert first(question, {"email": "kenji@example.jp"}) == "doc-claims-apac-s1"  # the record's country
+        assert first(question, {"email": "amy@example.com"}) == "doc-claims-s1"
+
+
+def test_region_words_name_the_regions_of_the_places_a_text_names() -> None:
+    assert {"middle", "east", "emea"} <= region_words("Our Doha hotel had a no-show")
+    assert {"eu", "emea"} <= region_words("a Rotterdam import") and "eu" not in region_words("a customer in Oslo")
+    assert "eu" not in region_words("a shipment to London") and "uk" in region_words("a shipment to London")
+    assert "apac" in region_words("crushed cartons in Singapore")
+    assert "us" in region_words("officials in New Jersey") and "latam" in region_words("a trip to South America")
+    assert "us" not in region_words("a trip to South America")  # the longest name wins
+    assert region_words("Can you send us the refund rules?") == frozenset()  # "us" the word names no place
 
 
 def test_sibling_qualifier_from_the_record(fresh_engine: dossier.Engine) -> None:

@@ -11,10 +11,12 @@ the model and measured on its training questions:
 2. Otherwise up to three picks: the first needs ``first_pick`` (relevance 3 of 5), every later one
    ``other_pick`` (4 of 5); each item carries its relevance.
 3. A more specific sibling document replaces a pick (its title ends with the pick's title and is
-   longer, what makes it more specific, "EMEA", is named by the question or the resolved record, and
-   its best section reaches ``sibling_ratio`` of the pick's probability or is good enough to be a first
-   pick itself), keeping the same section heading where it has one.
-4. No pick: the best candidate at ``fallback_low`` or above comes as low confidence; unpicked
+   longer, and what makes it more specific, "EMEA", is named by the question or the resolved record, or
+   by a place in that region: "Doha" names "Middle East", :mod:`dossier.pipeline.places`): its section
+   with the pick's heading (the regional version of the same rule), else its best section when that
+   reaches ``sibling_ratio`` of the pick's probability or is good enough to be a first pick itself.
+4. No pick: the best candidate at ``fallback_low`` or above comes as low confidence (or its sibling, as
+   in 3); unpicked
    candidates at ``supplementary`` or above come as supplementary (up to three). Below that nothing
    comes back: the call abstains.
 
@@ -45,6 +47,7 @@ from ..schema import SectionItem
 from ..stores.fulltext import terms
 from ..pipeline.call import Call, SectionCandidate, public_error
 from ..pipeline.features import SECTION_FEATURES, context_words, section_features
+from ..pipeline.places import region_words
 from ..pipeline.steps import Pick, Selector, uses_model
 
 
@@ -129,6 +132,25 @@ def section_rows(call: Call, candidates: list[SectionCandidate]) -> np.ndarray:
     return section_features(call.message, candidates, call.documents, context)
 
 
+def _context_texts(call: Call) -> list[str]:
+    """The question and the property values of the resolved record (and its aliases), as text."""
+    texts = [call.message]
+    res = call.resolution
+    for record in ([res.record] if res.record is not None and not res.tombstone else []) + list(res.aliases):
+        texts.extend(str(v) for v in record.properties.values())
+    return texts
+
+
+def _regions(call: Call) -> frozenset[str]:
+    """The region words of the places the question and the resolved record itself name ("Doha" names the
+    Middle East); not its aliases': the colleagues sharing a company's domain work in other places."""
+    texts = [call.message]
+    res = call.resolution
+    if res.record is not None and not res.tombstone:
+        texts.extend(str(v) for v in res.record.properties.values())
+    return region_words(" ".join(texts))
+
+
 @dataclass(frozen=True)
 class Decision:
     """What selection does with candidates ranked by probability, as a pure function (training uses it)."""
@@ -168,7 +190,8 @@ class Decision:
             if all(c.section_id != o.section_id for o, _, _ in chosen):
                 chosen.append((c, "high", p))
         if not chosen and top >= self.fallback_low:
-            chosen.append((ranked[0][0], "low", top))
+            c, p = sibling(ranked[0][0], top) or (ranked[0][0], top)  # a low pick has its sibling too
+            chosen.append((c, "low", p))
             how = "best_candidate_low"
         picked = {c.section_id for c, _, _ in chosen}
         extra = [(c, p) for c, p in ranked if c.section_id not in picked and p >= self.supplementary]
@@ -214,7 +237,8 @@ def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCand
                 score: Callable[[SectionCandidate], float], floor: float) -> SectionCandidate | None:  # fmt: skip
     """A more specific sibling document's section to answer instead of ``pick`` (its title ends with the
     pick's document title and is longer; what makes it more specific is named by the question or the
-    record; its best candidate scores at least ``floor``): the section with the same heading, else its best."""
+    record): the section with the same heading as the pick (the regional version of the same rule), else
+    its best candidate when that scores at least ``floor``."""
     document = call.documents.get(pick.document_id)
     if document is None:
         return None
@@ -226,9 +250,12 @@ def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCand
             continue
         own = [c for c in candidates if c.document_id == doc_id]
         best = max(own, key=score)
-        if score(best) < floor or not _qualifier_applies(call, sibling.title[: -len(document.title)]):
+        if not _qualifier_applies(call, sibling.title[: -len(document.title)]):
             continue
-        replacement = _same_section(pick, document, sibling, candidates, best.score) or best
+        same = _same_section(pick, document, sibling, candidates, best.score)
+        if same is None and score(best) < floor:  # the same heading in the named sibling needs no score
+            continue
+        replacement = same or best
         call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
         call.decide("documents", append={"siblings": [pick.section_id, replacement.section_id]})
         return replacement
@@ -375,16 +402,14 @@ def _prefer_siblings(
 
 def _qualifier_applies(call: Call, qualifier: str) -> bool:
     """Whether what makes the sibling more specific ("EMEA" in "EMEA Pricing Guidelines") is named by the
-    question or by the resolved record (or its aliases), e.g. a ``region: EMEA`` property."""
+    question or by the resolved record (or its aliases), e.g. a ``region: EMEA`` property, or by a place in
+    the region that the question or the record itself names ("Doha" names "Middle East", a ``country:
+    Poland`` property "EU": pipeline/places.py)."""
     words = {w for w in re.findall(r"\w+", qualifier.lower()) if len(w) > 1}
     if not words:
         return True
-    context = [call.message]
-    res = call.resolution
-    for record in ([res.record] if res.record is not None and not res.tombstone else []) + list(res.aliases):
-        context.extend(str(v) for v in record.properties.values())
-    found = set(re.findall(r"\w+", " ".join(context).lower()))
-    return bool(words & found)
+    named = set(re.findall(r"\w+", " ".join(_context_texts(call)).lower()))
+    return bool(words & (named | _regions(call)))
 
 
 def _same_section(
