@@ -48,6 +48,7 @@ _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 _SEPARATORS = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\s]+")
 _PIECES_KEPT = 500_000
 _SLOTS_PER_READ = 200  # parents' rowid ranges read by one statement (SQLite allows 500 terms in a compound)
+_ARRAY = "json_group_array(%s)"
 _SCOPES_KEPT = 10_000  # scope sizes kept per table while its index is unchanged
 _LOOK_AHEAD = 4  # rows read per candidate wanted from a stage of candidates, the shortest kept  # tokenised pieces kept per process (the cache starts again past this)
 
@@ -182,9 +183,9 @@ class PrunedText:
     def _shortest(self, table: _Table, rowids: list[int], count: int) -> list[int]:
         """The ``count`` shortest rows among ``rowids`` (in tokens; ties by rowid): holding the same terms,
         a shorter row scores higher."""
-        length: dict[int, int] = {}
-        sql = f"SELECT id, sz FROM {table.fts}_docsize WHERE id IN (SELECT value FROM json_each(?))"
-        length.update((int(i), _size(sz)) for i, sz in self._query(sql, [json.dumps(rowids)]))
+        sql = f"SELECT {_ARRAY % 'id'}, {_ARRAY % 'hex(sz)'} FROM {table.fts}_docsize WHERE id IN (SELECT value FROM json_each(?))"
+        ids, sizes = (json.loads(v) for v in self._query(sql, [json.dumps(rowids)])[0])
+        length = dict(zip(ids, map(_size, map(bytes.fromhex, sizes))))
         return sorted(rowids, key=lambda r: (length.get(r, 0), r))[:count]
 
     def _sole(self, table: _Table, org: str) -> bool:
@@ -204,7 +205,7 @@ class PrunedText:
             sql, params = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT ?", [match, fetch]
         elif slots is None:
             sql = (
-                f"SELECT f.rowid FROM {fts} f CROSS JOIN {table.content} c ON c.rowid = f.rowid "
+                f"SELECT f.rowid AS rowid FROM {fts} f CROSS JOIN {table.content} c ON c.rowid = f.rowid "
                 f"WHERE {fts} MATCH ? AND c.org = ? LIMIT ?"
             )
             params = [match, org, fetch]
@@ -214,11 +215,12 @@ class PrunedText:
                 chunk = slots[start : start + _SLOTS_PER_READ]
                 parts = [f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? AND rowid BETWEEN ? AND ?"] * len(chunk)
                 params = [v for s in chunk for v in (match, s << SLOT_BITS, ((s + 1) << SLOT_BITS) - 1)]
-                rows += [int(r[0]) for r in self._query(" UNION ALL ".join(parts) + " LIMIT ?", [*params, fetch - len(rows) if fetch >= 0 else -1])]
+                sql = f"SELECT {_ARRAY % 'rowid'} FROM (" + " UNION ALL ".join(parts) + " LIMIT ?)"
+                rows += json.loads(self._query(sql, [*params, fetch - len(rows) if fetch >= 0 else -1])[0][0])
                 if fetch >= 0 and len(rows) >= fetch:
                     break
             return rows if not skip else [r for r in rows if r not in skip]
-        rows = [int(r[0]) for r in self._query(sql, params)]
+        rows = json.loads(self._query(f"SELECT {_ARRAY % 'rowid'} FROM ({sql})", params)[0][0])
         return rows if not skip else [r for r in rows if r not in skip]
 
     def _score(
@@ -227,52 +229,54 @@ class PrunedText:
         """(id, parent, BM25) of the org's rows among ``rowids``, scored as FTS5's bm25() scores them."""
         idf = [_idf(stats.rows, stats.df[term]) for term in found]  # in the order of the query's phrases
         content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
-        read = self._query(
-            f"SELECT c.id, c.{table.parent}, d.sz, {table.texts} FROM {table.content} c "
-            f"JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
+        columns = [_ARRAY % c for c in ("c.id", f"c.{table.parent}", "hex(d.sz)", *table.texts.split(", "))]
+        # one row of JSON arrays, not a row per candidate: thousands of tuples a search would wake the
+        # garbage collector, which then walks the whole process
+        read = [json.loads(v) for v in self._query(
+            f"SELECT {', '.join(columns)} FROM {table.content} c JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
             f"WHERE c.rowid IN (SELECT value FROM json_each(?)) AND +c.org = ?",  # by rowid, not the org index
             [json.dumps(rowids), org],
-        )
-        weights, count = table.weights, len(found)
-        frequencies = _Frequencies(self, [self._tokens(t) for t in found], [r[3 + i] or "" for r in read for i in range(len(weights))])
-        freqs = [[0.0] * count for _ in read]
+        )[0]]  # fmt: skip
+        ids, parents, sizes, texts_of = read[0], read[1], read[2], read[3:]
+        weights, count, rows = table.weights, len(found), len(ids)
+        frequencies = _Frequencies(self, [self._tokens(t) for t in found], [t or "" for column in texts_of for t in column])
+        freqs = [0.0] * (rows * count)  # row r's frequency of phrase i at r * count + i
         # ASCII texts (most): every whole piece that is a form of a phrase, found by one scan of them all, in
         # which a NUL marks where the next text begins
         plain: list[tuple[int, float]] = []  # (row, column weight) of each text scanned
         texts: list[str] = []
-        for r, row in enumerate(read):
-            for column, weight in enumerate(weights):
-                text = row[3 + column]
+        for column, weight in enumerate(weights):
+            for r, text in enumerate(texts_of[column]):
                 if not text:
                     continue
                 if frequencies.plain and text.isascii() and "\x00" not in text:
-                    plain.append((r, weight))
+                    plain.append((r * count, weight))
                     texts.append(text)
                 else:
-                    frequencies.add(text, weight, freqs[r])
+                    frequencies.add(text, weight, freqs, r * count)
         if plain and frequencies.pattern is not None:
             where, scan = frequencies.where, re.compile("\x00|" + frequencies.pattern.pattern)
             at = 0
-            r, weight = plain[0]
+            base, weight = plain[0]
             for piece in scan.findall("\x00".join(texts).lower()):
                 if piece == "\x00":
                     at += 1
-                    r, weight = plain[at]
+                    base, weight = plain[at]
                     continue
-                freq = freqs[r]
                 for i, n in where[piece]:
-                    freq[i] += weight * n
+                    freqs[base + i] += weight * n
         k1, b, average = _K1, _B, stats.average_length
         out = []
-        for row, freq in zip(read, freqs):
-            length = float(_size(row[2]))
+        for r in range(rows):
+            length = float(_size(bytes.fromhex(sizes[r])))
             # bm25(): the same operations in the same order (a phrase absent from the row adds exactly 0.0)
             norm = k1 * (1 - b + b * length / average)
             score = 0.0
             for i in range(count):
-                if freq[i]:
-                    score += idf[i] * ((freq[i] * (k1 + 1.0)) / (freq[i] + norm))
-            out.append((row[0], row[1], score))
+                f = freqs[r * count + i]
+                if f:
+                    score += idf[i] * ((f * (k1 + 1.0)) / (f + norm))
+            out.append((ids[r], parents[r], score))
         return out
 
     # -- statistics --------------------------------------------------------------------------------
@@ -358,27 +362,27 @@ class _Frequencies:
         # in ASCII text a piece is a run of letters and digits: whole pieces found by one regular expression
         self.pattern = re.compile(r"(?<![a-z0-9])(?:" + "|".join(map(re.escape, forms)) + r")(?![a-z0-9])") if forms else None
 
-    def add(self, text: str, weight: float, freq: list[float]) -> None:
-        """Add ``weight`` times each phrase's occurrences in ``text`` to ``freq``."""
+    def add(self, text: str, weight: float, freq: list[float], base: int = 0) -> None:
+        """Add ``weight`` times each phrase's occurrences in ``text`` to ``freq[base + phrase]``."""
         where = self.where
         split: list[str] | None = None
         if text.isascii():
             if self.pattern is not None:
                 for piece in self.pattern.findall(text.lower()):
                     for i, n in where[piece]:
-                        freq[i] += weight * n
+                        freq[base + i] += weight * n
         else:
             split = _pieces(text)
             for piece in split:
                 for i, n in where.get(piece, ()):
-                    freq[i] += weight * n
+                    freq[base + i] += weight * n
         if self._multi:  # phrases: consecutive tokens (an unlearnt ASCII piece is one token, none of theirs)
             tokens = [t for piece in (split if split is not None else _pieces(text)) for t in self._known.get(piece, ("",))]
             for i, phrase in self._multi:
                 size = len(phrase)
                 for start in range(len(tokens) - size + 1):
                     if tokens[start] == phrase[0] and tuple(tokens[start : start + size]) == phrase:
-                        freq[i] += weight
+                        freq[base + i] += weight
 
 
 def _pieces(text: str) -> list[str]:
