@@ -7,7 +7,7 @@ Reproduce (from the repository root; the stores are those built by bench/retriev
     python bench/fulltext.py DIR/scale-1000000.db --org scale --scope records:21
     python bench/fulltext.py DIR/scale-1000000.db --org scale --scope documents:20
 
-``--scope`` is what is searched: ``record:ID`` (one record's memories), ``records:N`` (the memories of
+``--scope`` is what is searched: ``record:ID[,ID...]`` (records' memories), ``records:N`` (the memories of
 the org's N records holding most memories after the first, as a contact with its aliases), ``sections``
 (the org's sections) or ``documents:N`` (the sections of N documents). For each of ``--questions``
 distinct questions from bench/corpus.py, in turn: the store's ``search_text`` (pruned above its size
@@ -79,7 +79,7 @@ def parents(db: sqlite3.Connection, org: str, scope: str) -> tuple[TextKind, lis
         return "section", None
     name, _, value = scope.partition(":")
     if name == "record":
-        return "memory", [value]
+        return "memory", value.split(",")
     if name == "records":
         rows = db.execute("SELECT record FROM memories WHERE org = ? GROUP BY record ORDER BY count(*) DESC, record LIMIT ?",
                           [org, int(value) + 1]).fetchall()  # fmt: skip
