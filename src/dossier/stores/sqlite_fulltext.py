@@ -46,11 +46,11 @@ _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 #: ASCII punctuation and symbols, and whitespace: where unicode61 always ends a token. What lies between
 #: (a "piece") is tokenised by FTS5 itself; most pieces are one ASCII word, one token.
 _SEPARATORS = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\s]+")
-_PIECES_KEPT = 500_000
+_PIECES_KEPT = 500_000  # tokenised pieces kept per process (the cache starts again past this)
 _SLOTS_PER_READ = 200  # parents' rowid ranges read by one statement (SQLite allows 500 terms in a compound)
 _ARRAY = "json_group_array(%s)"
 _SCOPES_KEPT = 10_000  # scope sizes kept per table while its index is unchanged
-_LOOK_AHEAD = 4  # rows read per candidate wanted from a stage of candidates, the shortest kept  # tokenised pieces kept per process (the cache starts again past this)
+_LOOK_AHEAD = 4  # rows read per candidate still wanted from a step of candidates, the shortest kept
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
 
