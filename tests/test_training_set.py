@@ -57,7 +57,8 @@ SPECS = {
         shared_title="Cargo Claims and Damage Procedure",
     ),
     "cedar": Spec(
-        org="cedar", other_org="juniper", readme_start="## Cedar & Stone", readme_end=None,
+        org="cedar", other_org="juniper", readme_start="## Cedar & Stone",
+        readme_end="## Birchwood Lettings: a third training set",
         categories={
             "paraphrase": 25, "direct": 12, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
             "memory": 6, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 2, "tombstone": 2, "merge": 2,
@@ -72,6 +73,23 @@ SPECS = {
         tombstone="rec-victor", merged=("rec-paul-old", "rec-paul"),
         shared_email="ingrid.halvorsen@haldenconsulting.com", shared_website="haldenconsulting.com",
         shared_title="Hotel Cancellation Policy",
+    ),
+    "birch": Spec(
+        org="birch", other_org="rowan", readme_start="## Birchwood Lettings: a third training set", readme_end=None,
+        categories={
+            "paraphrase": 25, "direct": 13, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
+            "memory": 7, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
+        },
+        siblings=(
+            ("Scotland Tenancy Deposit Procedure", "Tenancy Deposit Procedure"),
+            ("Wales Tenancy Deposit Procedure", "Tenancy Deposit Procedure"),
+            ("Scotland Repairs and Maintenance Procedure", "Repairs and Maintenance Procedure"),
+            ("Student Tenant Referencing Procedure", "Tenant Referencing Procedure"),
+            ("HMO Fire Safety Standards", "Fire Safety Standards"),
+        ),
+        tombstone="rec-dominic", merged=("rec-megan-old", "rec-megan"),
+        shared_email="amara.osei@hollisproperty.co.uk", shared_website="hollisproperty.co.uk",
+        shared_title="Rent Arrears Procedure",
     ),
 }  # fmt: skip
 SETS = sorted(path.name.removesuffix("-questions.json") for path in TRAINING.glob("*-questions.json"))
