@@ -129,6 +129,28 @@ def _write_in_another_process(path: str, seed: int) -> None:
     store.close()
 
 
+def test_a_rowid_freed_and_taken_again_never_answers_with_the_old_rows_key(loaded: tuple[Path, np.ndarray]) -> None:
+    """Hits' keys and parents are kept per label (a rowid) between searches; a row deleted and another
+    inserted in its rowid (raw SQL through another connection: the org's generation does not move, the
+    index's log does) is answered with the new row's key and parent."""
+    path, matrix = loaded
+    reader, writer = open_store(path, ann_min_rows=200), open_store(path)
+    try:
+        last = 999  # m0999 holds the largest rowid, so the next insert takes it again
+        assert ids(reader, matrix[last], parents=["p3"])[0] == "m0999"  # its key and parent are now kept
+        with writer._transaction() as db:
+            rowid = db.execute("SELECT rowid FROM vectors WHERE key = 'm0999'").fetchone()[0]
+            db.execute("DELETE FROM vectors WHERE key = 'm0999'")
+            db.execute("INSERT INTO vectors VALUES ('acme', 'memory', 'taken', 'p0', 'h', ?)", (matrix[last].tobytes(),))
+            assert db.execute("SELECT rowid FROM vectors WHERE key = 'taken'").fetchone()[0] == rowid
+        assert "m0999" not in ids(reader, matrix[last], limit=50)
+        assert ids(reader, matrix[last], parents=["p0"])[0] == "taken"
+        assert "taken" not in ids(reader, matrix[last], parents=["p3"], limit=50)
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_a_write_by_another_process_makes_the_index_stale_and_that_is_detected(loaded: tuple[Path, np.ndarray]) -> None:
     path, matrix = loaded
     store = open_store(path)

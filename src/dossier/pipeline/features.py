@@ -79,8 +79,8 @@ def stem(word: str) -> str:
 @lru_cache(maxsize=8192)
 def words(text: str) -> frozenset[str]:
     """The stemmed content words of ``text``."""
-    return frozenset(stem(w) for w in (m.group(0).strip("-_./") for m in _WORD.finditer(text.lower()))
-                     if w and w not in STOP_WORDS and (len(w) > 1 or w.isdigit()))  # fmt: skip
+    tokens = [w.strip("-_./") for w in _WORD.findall(text.lower())]  # findall: no match objects (per call, ~150 texts)
+    return frozenset([stem(w) for w in tokens if w and w not in STOP_WORDS and (len(w) > 1 or w.isdigit())])
 
 
 def _share(wanted: frozenset[str], present: frozenset[str]) -> float:
@@ -192,13 +192,15 @@ def memory_features(question: str, candidates: Sequence[MemoryEvidence]) -> np.n
     hybrid_rank = {i: r for r, i in enumerate(sorted(range(len(candidates)), key=lambda i: -hybrid[i]), start=1)}
     days = [c.created_at.date() for c in candidates]
     order = sorted(range(len(candidates)), key=lambda i: (candidates[i].created_at, candidates[i].id))
-    around = {1: [0.0] * len(candidates), 2: [0.0] * len(candidates)}
+    next_best, around_best = [0.0] * len(candidates), [0.0] * len(candidates)
     for a, i in enumerate(order):  # neighbours in time among the candidates, within the same day
-        for width, nearest in around.items():
-            for b in range(max(0, a - width), min(len(order), a + width + 1)):
-                j = order[b]
-                if j != i and days[j] == days[i]:
-                    nearest[i] = max(nearest[i], hybrid[j])
+        day = days[i]
+        for b in range(max(0, a - 2), min(len(order), a + 3)):
+            j = order[b]
+            if j != i and days[j] == day:
+                if b - a in (-1, 1):
+                    next_best[i] = max(next_best[i], hybrid[j])
+                around_best[i] = max(around_best[i], hybrid[j])
     by_day: dict[object, list[int]] = {}
     for i, day in enumerate(days):
         by_day.setdefault(day, []).append(i)
@@ -207,14 +209,14 @@ def memory_features(question: str, candidates: Sequence[MemoryEvidence]) -> np.n
     for i, c in enumerate(candidates):
         others = [j for j in top_two[days[i]] if j != i]
         day_best = hybrid[others[0]] if others else 0.0
-        speaker = c.text.split(":", 1)[0] if ":" in c.text[:40] else ""
+        speaker = words(c.text.split(":", 1)[0]) if ":" in c.text[:40] else frozenset()
+        cosine, adapted = c.cosine or 0.0, c.adapted or 0.0
         rows.append((
-            c.cosine or 0.0, (c.cosine or 0.0) - best, _rr(c.vector_rank), c.text_score, _rr(c.text_rank),
+            cosine, cosine - best, _rr(c.vector_rank), c.text_score, _rr(c.text_rank),
             float(c.vector_rank is not None and c.text_rank is not None), _share(asked, words(c.text)),
-            float(bool(speaker) and bool(words(speaker)) and words(speaker) <= asked),
+            float(bool(speaker) and speaker <= asked),
             day_best, math.log1p(len(by_day[days[i]]) - 1), math.log1p(len(c.text)),
             hybrid[i], hybrid[i] - best_hybrid, 1.0 / hybrid_rank[i], float(c.text.rstrip().endswith("?")),
-            around[1][i], around[2][i],
-            c.adapted or 0.0, (c.adapted or 0.0) - best_adapted, _rr(c.adapted_rank),
+            next_best[i], around_best[i], adapted, adapted - best_adapted, _rr(c.adapted_rank),
         ))  # fmt: skip
     return np.asarray(rows, dtype=np.float64)

@@ -30,6 +30,7 @@ Found = list[tuple[str, str, float]]  # (key, parent, similarity), best first
 _MAX_FETCH = 8192  # neighbours asked of the ANN index for a parents' search before it falls back to exact
 _MIN_SHARE = 16  # parents holding less than 1/16 of the org's rows are searched exactly
 _MAX_COUNTS = 1_000_000  # row counts kept per process (per parent: a few hundred bytes each)
+_MAX_LABELS = 300_000  # ANN labels whose key and parent are kept per process (about 200 bytes each)
 
 
 class SQLiteVectors:
@@ -53,6 +54,10 @@ class SQLiteVectors:
         # (org, kind, parent) -> (keys, parents, matrix), valid for _generations[org]
         self._blocks: OrderedDict[tuple[str, str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._rows: dict[tuple[str, str, str | None], int] = {}  # (org, kind, parent or None for all) -> rows
+        # (org, kind) -> (the index's log position, {ANN label (a rowid): (key, parent)}), valid for
+        # _generations[org] and while the index's log position stays (any change to the rows moves it)
+        self._labels: dict[tuple[str, str], tuple[int, dict[int, tuple[str, str]]]] = {}
+        self._label_count = 0
         self._generations: dict[str, int] = {}
         self._block_bytes = 0
 
@@ -60,6 +65,8 @@ class SQLiteVectors:
         self._indexes.clear()
         self._blocks.clear()
         self._rows.clear()
+        self._labels.clear()
+        self._label_count = 0
         self._block_bytes = 0
         self.ann.close()
 
@@ -94,7 +101,7 @@ class SQLiteVectors:
         fetch = min(size, limit if parents is None else max(2 * limit, math.ceil(2 * limit / share)))
         while True:
             labels = index.nearest(query, fetch)
-            rows = self._rows_of(org, kind, labels)  # rows deleted since, or of another org or kind, drop out
+            rows = self._rows_of(org, kind, labels, index.seq)  # rows deleted since, or of another org or kind, drop out
             hits = [(label, *rows[label]) for label in labels if label in rows and (parents is None or rows[label][1] in parents)]
             if len(hits) >= limit or fetch >= size:
                 break
@@ -107,15 +114,33 @@ class SQLiteVectors:
         order = sorted(range(len(hits)), key=lambda i: (-float(sims[i]), hits[i][1]))[:limit]
         return [(hits[i][1], hits[i][2], float(sims[i])) for i in order]
 
-    def _rows_of(self, org: str, kind: str, labels: list[int]) -> dict[int, tuple[str, str]]:
-        out: dict[int, tuple[str, str]] = {}
-        for chunk in _chunks(labels):
+    def _rows_of(self, org: str, kind: str, labels: list[int], seq: int) -> dict[int, tuple[str, str]]:
+        """Key and parent of each label that is a row of (org, kind), read from the database once while
+        neither the org's generation nor the index's log position ``seq`` moves (a rowid freed by a delete
+        and taken by an insert moves the log, so a label never keeps another row's key)."""
+        cached = self._labels.get((org, kind))
+        if cached is None or cached[0] != seq:
+            self._label_count -= len(cached[1]) if cached else 0
+            cached = self._labels[(org, kind)] = (seq, {})
+        known = cached[1]
+        out = {label: known[label] for label in labels if label in known}
+        missing = [label for label in labels if label not in out]
+        for chunk in _chunks(missing):
             for rowid, key, parent in self._query(
                 # by rowid (the unary + keeps the planner from scanning the org's rows in the parent index)
                 f"SELECT rowid, key, parent FROM vectors WHERE rowid IN ({','.join('?' * len(chunk))}) AND +org = ? AND +kind = ?",
                 [*chunk, org, kind],
             ):
                 out[rowid] = (key, parent)
+        if missing:
+            if self._label_count + len(missing) > _MAX_LABELS:
+                for _, table in self._labels.values():
+                    table.clear()
+                self._label_count = 0
+            for label in missing:
+                if label in out:
+                    known[label] = out[label]
+                    self._label_count += 1
         return out
 
     # -- exact search, and what it caches per generation -------------------------------------------------
@@ -128,6 +153,8 @@ class SQLiteVectors:
                 self._block_bytes -= _block_size(self._blocks.pop(block))
             for counted in [k for k in self._rows if k[0] == org]:
                 del self._rows[counted]
+            for labelled in [k for k in self._labels if k[0] == org]:
+                self._label_count -= len(self._labels.pop(labelled)[1])
             self._generations[org] = generation
         return generation
 
