@@ -244,6 +244,11 @@ def main() -> int:
                         help="only cross-validate the section adapter's regularisation weight on the PolicyQA training policies")
     parser.add_argument("--with-training-sets", action="store_true",
                         help="also train on examples/training (not how the shipped models were fitted: docs/evaluation.md)")
+    parser.add_argument("--training-sets", metavar="NAMES",
+                        help="with --with-training-sets, only these sets (comma-separated names, e.g. harbor,cedar); default all")
+    parser.add_argument("--out", metavar="DIR",
+                        help="with --write, write ranker.json and adapters.npz into DIR instead of the package (to try a fit: "
+                             "$DOSSIER_RANKER_FILE and $DOSSIER_ADAPTER_FILE point dossier at them)")
     parser.add_argument("--cache", help="keep the extracted examples in this file and reuse them (the features must not change)")
     args = parser.parse_args()
     data = ext.data_dir(args.data, repo_root=REPO)
@@ -255,8 +260,16 @@ def main() -> int:
     locomo = ext.load_locomo(ext.read_json(data / ext.LOCOMO_FILE))
     project = load_dataset(PROJECT_SET)
     labelled = {"project": project}
-    if args.with_training_sets:
-        labelled.update({f"training-{path.stem.removesuffix('-questions')}": load_dataset(path) for path in TRAINING_SETS})
+    if args.with_training_sets or args.training_sets:
+        chosen = TRAINING_SETS
+        if args.training_sets:
+            names = [n.strip() for n in args.training_sets.split(",") if n.strip()]
+            known = {path.stem.removesuffix("-questions"): path for path in TRAINING_SETS}
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                parser.error(f"unknown training sets {unknown}; there are {sorted(known)}")
+            chosen = [known[n] for n in names]
+        labelled.update({f"training-{path.stem.removesuffix('-questions')}": load_dataset(path) for path in chosen})
     if args.adapter_cv:
         with tempfile.TemporaryDirectory() as tmp, dossier.open(f"sqlite:///{tmp}/sections.db") as engine:
             engine.load_bundle(policyqa.bundle)
@@ -357,9 +370,11 @@ def main() -> int:
                   "memories": {"locomo": len(memories["train"]), "labelled": len(project_memories["train"])}}
         document = fit.ranker_file({"sections": section_spec, "memories": memory_spec},
                                    fitted_on=counts, script="bench/train_ranker.py")  # fmt: skip
-        OUT.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-        ADAPTERS_OUT.write_bytes(shipped_adapters)
-        print(f"wrote {OUT.relative_to(REPO)} and {ADAPTERS_OUT.relative_to(REPO)}")
+        out, adapters_out = (OUT, ADAPTERS_OUT) if not args.out else (Path(args.out) / OUT.name, Path(args.out) / ADAPTERS_OUT.name)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        adapters_out.write_bytes(shipped_adapters)
+        print(f"wrote {out} and {adapters_out}")
     return 0
 
 

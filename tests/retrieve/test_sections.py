@@ -91,6 +91,59 @@ def test_a_place_in_the_region_names_the_regional_sibling(tmp_path, embedder) ->
         assert first(question, {"email": "amy@example.com"}) == "doc-claims-s1"
 
 
+DEPOSITS = {
+    "orgs": [{"id": "lets", "name": "Lettings Co"}],
+    "callers": [{"id": "ops", "org": "lets", "roles": ["ops"]}],
+    "documents": [
+        {"id": "doc-dep", "org": "lets", "title": "Tenancy Deposit Procedure", "sections": [
+            {"id": "doc-dep-s1", "heading": "Deposit cap", "text": "We take at most five weeks' rent as security."},
+            {"id": "doc-dep-s2", "heading": "Returning it", "text": "Agreed amounts go back within 10 days."},
+        ]},
+        {"id": "doc-dep-wales", "org": "lets", "title": "Wales Tenancy Deposit Procedure", "sections": [
+            {"id": "doc-dep-wales-s1", "heading": "Deposit cap",
+             "text": "For a flat let on a new contract, the most deposit we would take is four weeks of rent."},
+            {"id": "doc-dep-wales-s2", "heading": "Returning it", "text": "Agreed amounts go back within 14 days."},
+        ]},
+        {"id": "doc-dep-scot", "org": "lets", "title": "Scotland Tenancy Deposit Procedure", "sections": [
+            {"id": "doc-dep-scot-s1", "heading": "Deposit cap", "text": "Two months' rent at most, lodged with a scheme."},
+            {"id": "doc-dep-scot-s2", "heading": "Returning it", "text": "The scheme repays it within 5 days."},
+        ]},
+        {"id": "doc-fire", "org": "lets", "title": "Fire Safety Standards", "sections": [
+            {"id": "doc-fire-s1", "heading": "Alarms", "text": "One alarm on each storey, tested at move-in."},
+            {"id": "doc-fire-s2", "heading": "Escape routes", "text": "Keep hallways clear."},
+        ]},
+        {"id": "doc-fire-hmo", "org": "lets", "title": "HMO Fire Safety Standards", "sections": [
+            {"id": "doc-fire-hmo-s1", "heading": "Alarms",
+             "text": "How many smoke alarms are needed in a house: an interlinked smoke alarm in every room and hallway."},
+            {"id": "doc-fire-hmo-s2", "heading": "Escape routes", "text": "Fire doors on every bedroom."},
+        ]},
+    ],
+}
+
+
+def test_an_unnamed_sibling_gives_way_to_the_general_document(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    """A pick in a more specific sibling whose qualifier nobody names ("Wales", "HMO") is replaced by the
+    general document's section of the same heading; a named one (the word, a place in it, a plural)
+    stands, and a negated one ("not an HMO") is not named."""
+    with dossier.open(f"sqlite:///{tmp_path}/lets.db", embedder=embedder) as engine:
+        engine.load_bundle(DEPOSITS)
+
+        def answer(message: str) -> tuple[str, dict]:
+            response = engine.retrieve({"mode": "scout", "message": message, "trace": True}, org="lets", caller="ops")
+            return ids(response, "documents")[0], response.route["documents"].detail
+
+        asked = "For a flat let on a new contract in {}, what is the most deposit we would take?"
+        first, detail = answer(asked.format("Bristol"))
+        assert first == "doc-dep-s1"
+        assert detail["generals"] == [["doc-dep-wales-s1", "doc-dep-s1"]]  # the ranker had picked the Welsh section
+        assert answer(asked.format("Cardiff"))[0] == "doc-dep-wales-s1"  # a Welsh city names Wales
+        assert answer(asked.format("Edinburgh"))[0] == "doc-dep-scot-s1"  # a Scottish one Scotland, over the pick
+        assert answer(asked.format("Wales"))[0] == "doc-dep-wales-s1"
+        houses = "How many smoke alarms are needed in a house {}?"
+        assert answer(houses.format("we let to a family, not an HMO"))[0] == "doc-fire-s1"
+        assert answer(houses.format("in one of our HMOs"))[0] == "doc-fire-hmo-s1"  # the plural names it
+
+
 def test_region_words_name_the_regions_of_the_places_a_text_names() -> None:
     assert {"middle", "east", "emea"} <= region_words("Our Doha hotel had a no-show")
     assert {"eu", "emea"} <= region_words("a Rotterdam import") and "eu" not in region_words("a customer in Oslo")
@@ -99,6 +152,8 @@ def test_region_words_name_the_regions_of_the_places_a_text_names() -> None:
     assert "us" in region_words("officials in New Jersey") and "latam" in region_words("a trip to South America")
     assert "us" not in region_words("a trip to South America")  # the longest name wins
     assert region_words("Can you send us the refund rules?") == frozenset()  # "us" the word names no place
+    assert {"wales", "uk"} <= region_words("a flat in Cardiff") and "scotland" not in region_words("a flat in Cardiff")
+    assert {"scotland", "uk"} <= region_words("our Glasgow office") and {"england", "uk"} <= region_words("in Leeds")
 
 
 def test_sibling_qualifier_from_the_record(fresh_engine: dossier.Engine) -> None:
@@ -162,3 +217,13 @@ def test_filter_mode_returns_documents_matching_filters(sample_engine: dossier.E
     assert "doc-pricing" in docs and "doc-commission" not in docs  # finance-only stays hidden
     for doc in sample_engine.store.get_documents(sorted(docs), org="northwind"):
         assert "pricing" in doc.tags
+
+
+def test_an_unnamed_sibling_gives_way_without_the_ranker_too(tmp_path, embedder, heuristic: None) -> None:  # type: ignore[no-untyped-def]
+    with dossier.open(f"sqlite:///{tmp_path}/lets.db", embedder=embedder) as engine:
+        engine.load_bundle(DEPOSITS)
+        asked = "For a flat let on a new contract in {}, what is the most deposit we would take?"
+        bristol = engine.retrieve({"mode": "scout", "message": asked.format("Bristol")}, org="lets", caller="ops")
+        assert ids(bristol, "documents")[0] == "doc-dep-s1"
+        cardiff = engine.retrieve({"mode": "scout", "message": asked.format("Cardiff")}, org="lets", caller="ops")
+        assert ids(cardiff, "documents")[0] == "doc-dep-wales-s1"

@@ -15,6 +15,8 @@ the model and measured on its training questions:
    by a place in that region: "Doha" names "Middle East", :mod:`dossier.pipeline.places`): its section
    with the pick's heading (the regional version of the same rule), else its best section when that
    reaches ``sibling_ratio`` of the pick's probability or is good enough to be a first pick itself.
+   The other way round, a pick in a more specific sibling whose qualifier nobody names gives way to the
+   general document's section of the same heading (or to a named sibling's).
 4. No pick: the best candidate at ``fallback_low`` or above comes as low confidence (or its sibling, as
    in 3); unpicked
    candidates at ``supplementary`` or above come as supplementary (up to three). Below that nothing
@@ -221,7 +223,10 @@ def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: Linea
         floor = min(decision.sibling_ratio * p, decision.first_pick)
         replacement = _sibling_of(call, pick, candidates, lambda c: p_of.get(c.section_id, 0.0), floor)
         if replacement is None:
-            return None
+            general = _general_of(call, pick, candidates)
+            if general is None:
+                return None
+            replacement = _sibling_of(call, general, candidates, lambda c: p_of.get(c.section_id, 0.0), floor) or general
         return replacement, p_of.get(replacement.section_id, p)
 
     chosen, how = decision.choose(ranked, max_picks=settings.max_picks, max_supplementary=settings.max_supplementary,
@@ -259,6 +264,32 @@ def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCand
         call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
         call.decide("documents", append={"siblings": [pick.section_id, replacement.section_id]})
         return replacement
+    return None
+
+
+def _general_of(call: Call, pick: SectionCandidate, candidates: list[SectionCandidate]) -> SectionCandidate | None:
+    """The general document's section with the pick's heading, when the pick is in a more specific sibling
+    (its title ends with the general one's and is longer) whose qualifier neither the question nor the
+    record names: "Wales Tenancy Deposit Procedure" picked for a flat in Bristol gives way to the same
+    section of "Tenancy Deposit Procedure". The general document must be among the candidates'."""
+    document = call.documents.get(pick.document_id)
+    if document is None:
+        return None
+    title = document.title.lower()
+    for doc_id in dict.fromkeys(c.document_id for c in candidates):
+        general = call.documents.get(doc_id)
+        if general is None or doc_id == pick.document_id:
+            continue
+        if not (title.endswith(general.title.lower()) and len(title) > len(general.title)):
+            continue
+        if _qualifier_applies(call, document.title[: -len(general.title)]):
+            return None  # the pick's qualifier is named: it stands
+        same = _same_section(pick, document, general, candidates, pick.score)
+        if same is None:
+            continue
+        call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_general:{doc_id}", pick.score)
+        call.decide("documents", append={"generals": [pick.section_id, same.section_id]})
+        return same
     return None
 
 
@@ -382,9 +413,9 @@ def _prefer_siblings(
         if c.document_id not in best_of or c.score > best_of[c.document_id].score:
             best_of[c.document_id] = c
     out: list[tuple[SectionCandidate, Confidence]] = []
-    for pick, confidence in chosen:
+
+    def named_sibling(pick: SectionCandidate) -> SectionCandidate | None:
         document = call.documents.get(pick.document_id)
-        replacement = pick
         for doc_id, best in best_of.items():
             sibling = call.documents.get(doc_id)
             if document is None or sibling is None or doc_id == pick.document_id:
@@ -394,7 +425,14 @@ def _prefer_siblings(
                     replacement = _same_section(pick, document, sibling, candidates, best.score) or best
                     call.note("documents", pick.section_id, "select", "dropped", f"replaced_by_sibling:{doc_id}", pick.score)
                     call.decide("documents", append={"siblings": [pick.section_id, replacement.section_id]})
-                    break
+                    return replacement
+        return None
+
+    for pick, confidence in chosen:
+        replacement = named_sibling(pick)
+        if replacement is None:
+            general = _general_of(call, pick, candidates)
+            replacement = pick if general is None else named_sibling(general) or general
         if all(replacement.section_id != c.section_id for c, _ in out):
             out.append((replacement, confidence))
     return out
@@ -405,11 +443,20 @@ def _qualifier_applies(call: Call, qualifier: str) -> bool:
     question or by the resolved record (or its aliases), e.g. a ``region: EMEA`` property, or by a place in
     the region that the question or the record itself names ("Doha" names "Middle East", a ``country:
     Poland`` property "EU": pipeline/places.py)."""
-    words = {w for w in re.findall(r"\w+", qualifier.lower()) if len(w) > 1}
+    words = {_singular(w) for w in re.findall(r"\w+", qualifier.lower()) if len(w) > 1}
     if not words:
         return True
-    named = set(re.findall(r"\w+", " ".join(_context_texts(call)).lower()))
-    return bool(words & (named | _regions(call)))
+    named = {_singular(w) for w in re.findall(r"\w+", " ".join(_context_texts(call)).lower())}
+    negated = {_singular(w) for w in _NEGATED.findall(call.message.lower())}  # "a hotel, not an apartment"
+    return bool(words & (named - negated | {_singular(w) for w in _regions(call)}))
+
+
+_NEGATED = re.compile(r"\b(?:not|non|no)[\s-]+(?:an?\s+|the\s+)?(\w+)")
+
+
+def _singular(word: str) -> str:
+    """"students" names "Student ...", "HMOs" "HMO ...": a plural s folded (words of four letters or more)."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def _same_section(

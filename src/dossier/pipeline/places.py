@@ -3,8 +3,9 @@
 A more specific sibling document is named by what its title adds ("EU" in "EU Customs Clearance Procedure",
 "Middle East" in "Middle East Hotel Cancellation Policy"). Questions rarely name the region; they name a
 country or a city ("a Rotterdam import", "our Doha hotel", "a customer in Singapore"). :func:`region_words`
-gives the region words of every place a text names, from a fixed table of countries, US states and large
-cities: general geography, not words chosen on any question set. Places whose names are common English
+gives the region words of every place a text names, from a fixed table of countries, the UK's nations, US
+states and large cities: general geography, not words chosen on any question set (a Welsh city names
+"Wales" as well as "UK", so a Wales sibling of a UK policy is named by "Cardiff"). Places whose names are common English
 words ("Chad", "Nice", "Reading", "Georgia" the state or the country) are left out.
 """
 
@@ -16,6 +17,9 @@ from functools import lru_cache
 _EU = ("eu", "europe", "european", "emea")
 _EUROPE = ("europe", "european", "emea")
 _UK = ("uk", "britain", "british", "europe", "european", "emea")
+_ENGLAND = ("england", "english", *_UK)  # the UK's nations: a Scottish or Welsh sibling of a UK policy
+_SCOTLAND = ("scotland", "scottish", *_UK)
+_WALES = ("wales", "welsh", *_UK)
 _GULF = ("middle", "east", "me", "mena", "gcc", "gulf", "emea")
 _MIDDLE_EAST = ("middle", "east", "me", "mena", "emea")
 _NORTH_AFRICA = ("africa", "african", "mena", "emea")
@@ -34,7 +38,10 @@ _COUNTRIES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("albania", "andorra", "belarus", "bosnia", "iceland", "kosovo", "liechtenstein", "moldova", "monaco",
      "montenegro", "north macedonia", "norway", "russia", "san marino", "serbia", "switzerland", "ukraine",
      "turkey", "türkiye"): _EUROPE,
-    ("united kingdom", "great britain", "england", "scotland", "wales", "northern ireland"): _UK,
+    ("united kingdom", "great britain", "northern ireland"): _UK,
+    ("england",): _ENGLAND,
+    ("scotland",): _SCOTLAND,
+    ("wales",): _WALES,
     ("united arab emirates", "uae", "saudi arabia", "qatar", "kuwait", "bahrain", "oman"): _GULF,
     ("israel", "jordan", "lebanon", "iraq", "iran", "yemen", "syria", "palestine"): _MIDDLE_EAST,
     ("egypt", "morocco", "algeria", "tunisia", "libya"): _NORTH_AFRICA,
@@ -64,9 +71,12 @@ _CITIES: dict[tuple[str, ...], tuple[str, ...]] = {
      "ljubljana", "luxembourg city", "valletta", "nicosia", "limassol"): _EU,
     ("oslo", "bergen", "zurich", "zürich", "geneva", "basel", "bern", "lausanne", "reykjavik", "istanbul",
      "ankara", "izmir", "kyiv", "kiev", "moscow", "belgrade", "sarajevo", "tirana", "minsk"): _EUROPE,
-    ("london", "manchester", "birmingham", "liverpool", "leeds", "glasgow", "edinburgh", "bristol", "cardiff",
-     "belfast", "newcastle", "sheffield", "nottingham", "southampton", "felixstowe", "ipswich", "dover",
-     "heathrow", "gatwick", "aberdeen", "oxford", "cambridge"): _UK,
+    ("london", "manchester", "birmingham", "liverpool", "leeds", "bristol", "newcastle", "sheffield", "nottingham",
+     "southampton", "felixstowe", "ipswich", "dover", "heathrow", "gatwick", "oxford", "cambridge", "leicester",
+     "coventry", "bradford", "brighton", "plymouth", "york", "norwich", "exeter"): _ENGLAND,
+    ("glasgow", "edinburgh", "aberdeen", "dundee", "inverness", "stirling"): _SCOTLAND,
+    ("cardiff", "swansea", "wrexham"): _WALES,
+    ("belfast",): _UK,
     ("dubai", "abu dhabi", "sharjah", "riyadh", "jeddah", "dammam", "doha", "kuwait city", "manama",
      "muscat"): _GULF,
     ("tel aviv", "jerusalem", "haifa", "amman", "beirut", "baghdad", "tehran"): _MIDDLE_EAST,
