@@ -246,6 +246,8 @@ def main() -> int:
                         help="also train on examples/training (not how the shipped models were fitted: docs/evaluation.md)")
     parser.add_argument("--training-sets", metavar="NAMES",
                         help="with --with-training-sets, only these sets (comma-separated names, e.g. harbor,cedar); default all")
+    parser.add_argument("--adapter-without-training-sets", action="store_true",
+                        help="fit the section adapter on PolicyQA and the project set only, the training sets feeding the rankers alone")
     parser.add_argument("--out", metavar="DIR",
                         help="with --write, write ranker.json and adapters.npz into DIR instead of the package (to try a fit: "
                              "$DOSSIER_RANKER_FILE and $DOSSIER_ADAPTER_FILE point dossier at them)")
@@ -290,7 +292,8 @@ def main() -> int:
                 engine.load_bundle(dataset.raw_bundle)
             memory_engine.load_bundle(locomo.bundle)
             print("adapters (fitted on training units; each half-fit checked on the half it left out):")
-            section_matrices = fit_adapters("sections", section_groups(engine, policyqa, labelled))
+            adapter_sets = {"project": project} if args.adapter_without_training_sets else labelled
+            section_matrices = fit_adapters("sections", section_groups(engine, policyqa, adapter_sets))
             memory_matrices = fit_adapters("memories", memory_groups(memory_engine, locomo))
             files = {}
             for key in section_matrices:

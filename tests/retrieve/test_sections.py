@@ -144,6 +144,37 @@ def test_an_unnamed_sibling_gives_way_to_the_general_document(tmp_path, embedder
         assert answer(houses.format("in one of our HMOs"))[0] == "doc-fire-hmo-s1"  # the plural names it
 
 
+PARKING = {
+    "orgs": [{"id": "lets", "name": "Lettings Co"}],
+    "callers": [{"id": "ops", "org": "lets", "roles": ["ops"]}],
+    "documents": [
+        {"id": "doc-park", "org": "lets", "title": "Parking Rules", "sections": [
+            {"id": "doc-park-s1", "heading": "Visitor parking permits", "text": "One a year, on request."},
+            {"id": "doc-park-s2", "heading": "Bays", "text": "Bays are allocated by the block manager."},
+        ]},
+        {"id": "doc-park-wales", "org": "lets", "title": "Wales Parking Rules", "sections": [
+            {"id": "doc-park-wales-s1", "heading": "Wales visitor parking permits for flats",
+             "text": "How many visitor parking permits do we issue for a flat: three visitor parking permits for every flat."},
+            {"id": "doc-park-wales-s2", "heading": "Bays", "text": "Bays are shared between the flats."},
+        ]},
+    ],
+}
+
+
+def test_sections_on_the_same_topic_match_when_headings_differ_by_the_qualifier(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+    """"Wales visitor parking permits for flats" in "Wales Parking Rules" is the regional version of
+    "Visitor parking permits" in "Parking Rules": what the headings share once the titles' qualifier is
+    set aside."""
+    with dossier.open(f"sqlite:///{tmp_path}/park.db", embedder=embedder) as engine:
+        engine.load_bundle(PARKING)
+        asked = "How many visitor parking permits do we issue for a flat in {}?"
+        bristol = engine.retrieve({"mode": "scout", "message": asked.format("Bristol")}, org="lets", caller="ops")
+        assert ids(bristol, "documents")[0] == "doc-park-s1"
+        assert bristol.route["documents"].detail["generals"] == [["doc-park-wales-s1", "doc-park-s1"]]
+        swansea = engine.retrieve({"mode": "scout", "message": asked.format("Swansea")}, org="lets", caller="ops")
+        assert ids(swansea, "documents")[0] == "doc-park-wales-s1"
+
+
 def test_region_words_name_the_regions_of_the_places_a_text_names() -> None:
     assert {"middle", "east", "emea"} <= region_words("Our Doha hotel had a no-show")
     assert {"eu", "emea"} <= region_words("a Rotterdam import") and "eu" not in region_words("a customer in Oslo")

@@ -462,12 +462,31 @@ def _singular(word: str) -> str:
 def _same_section(
     pick: SectionCandidate, document: Document, sibling: Document, candidates: list[SectionCandidate], score: float
 ) -> SectionCandidate | None:
-    heading = next((s.heading.lower() for s in document.sections if s.id == pick.section_id), None)
-    match = next((s for s in sibling.sections if s.heading.lower() == heading), None)
+    """``sibling``'s section on the pick's topic: the one with the pick's heading, else the one whose
+    heading holds all the words of the other's once the documents' qualifiers are set aside ("EMEA
+    discount bands" in "EMEA Pricing Guidelines" and "Discount bands by seat count" in "Pricing
+    Guidelines"), when exactly one does and two words or more are left to compare."""
+    heading = next((s.heading for s in document.sections if s.id == pick.section_id), None)
+    if heading is None:
+        return None
+    match = next((s for s in sibling.sections if s.heading.lower() == heading.lower()), None)
+    if match is None:
+        qualifiers = _title_words(document.title) ^ _title_words(sibling.title)
+        mine = _title_words(heading) - qualifiers
+        similar = []
+        for s in sibling.sections:
+            theirs = _title_words(s.heading) - qualifiers
+            if min(len(mine), len(theirs)) >= 2 and (mine <= theirs or theirs <= mine):
+                similar.append(s)
+        match = similar[0] if len(similar) == 1 else None
     if match is None:
         return None
     known = next((c for c in candidates if c.section_id == match.id), None)
     return known or SectionCandidate(section_id=match.id, document_id=sibling.id, score=score)
+
+
+def _title_words(text: str) -> set[str]:
+    return {_singular(w) for w in re.findall(r"\w+", text.lower()) if len(w) > 1}
 
 
 def _item(call: Call, c: SectionCandidate, confidence: Confidence, probability: float | None = None) -> SectionItem:
