@@ -3,8 +3,9 @@
 Reproduce (from the repository root, after `pip install -e ".[train]"`; the external sets are read-only
 in ../shared/data, or --data DIR, or $DOSSIER_SHARED_DATA):
 
-    python bench/train_ranker.py --write        # fit, print train / held-out, write providers/data/ranker.json
-    python bench/train_ranker.py                # the same, without writing
+    python bench/train_ranker.py --training-sets harbor,cedar --adapter-without-training-sets --write
+                                                # the shipped fit: print train / held-out, write providers/data/
+    python bench/train_ranker.py                # PolicyQA, LoCoMo and the project set alone, without writing
     python bench/train_ranker.py --adapter-cv   # how the adapters' regularisation weight was chosen
 
 Splits (fixed, by unit, never by question):
@@ -14,8 +15,11 @@ Splits (fixed, by unit, never by question):
   (`bench/locomo.py --split test`);
 * the project's own set (examples/eval/sample-questions.json): by gold document, with a stable hash of
   the document id (dossier.evaluation.fit.split_of); unanswerable questions by a hash of their id;
-* with --with-training-sets, also the training sets (examples/training/*-questions.json): every question
-  trains, none is measured. The shipped models are fitted without them (docs/evaluation.md says why).
+* with --with-training-sets, also the training sets (examples/training/*-questions.json), or with
+  --training-sets NAMES only those: every question trains, none is measured. The shipped models:
+  `--training-sets harbor,cedar --adapter-without-training-sets --write` (the rankers and thresholds see
+  Harbor Line and Cedar & Stone, the section adapter does not; Birchwood Lettings is the validation set
+  that chose this fit; docs/evaluation.md).
 The handbook set (examples/handbook) is never read here: it is a test set only.
 
 Section examples are the candidates that reach selection in a real call (fetch mode for PolicyQA,

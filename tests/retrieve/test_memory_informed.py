@@ -178,8 +178,9 @@ TOMAS = {
 
 
 def test_the_rule_the_memory_points_to_comes_first(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
-    request = {"record": {"email": "tomas@haul.example"}, "message": "Tomas got a fine in Germany. What was it for, and who pays it?"}
-    first = {}
+    request = {"record": {"email": "tomas@haul.example"}, "message": "Tomas got a fine in Germany. What was it for, and who pays it?",
+               "trace": True}  # fmt: skip
+    first, recalled = {}, {}
     for weight in (0.0, Settings().memory_informed_weight):
         with dossier.open(f"sqlite:///{tmp_path}/haul-{weight}.db", embedder=embedder,
                           settings=Settings(memory_informed_weight=weight)) as engine:  # fmt: skip
@@ -188,5 +189,11 @@ def test_the_rule_the_memory_points_to_comes_first(tmp_path: Path, embedder) -> 
         assert response.sources["memories"].items[0].id == "m1"
         assert response.route["documents"].detail.get("memory_informed") == ("m1" if weight else None)
         first[weight] = response.sources["documents"].items[0].section_id
-    # the question alone reads "fine ... who pays" as the traffic-offence rule; the memory says what the fine was for
-    assert first == {0.0: "doc-parking-s1", Settings().memory_informed_weight: "doc-hours-s2"}
+        recalled[weight] = {t.id: t.score for t in response.trace if t.source == "documents" and t.layer == "recall"}
+    # the question alone reads "fine ... who pays" as much as the traffic-offence rule as the driving-time one;
+    # the memory says what the fine was for: the search moves towards that rule and away from the other
+    informed = Settings().memory_informed_weight
+    assert first[informed] == "doc-hours-s2"
+    assert recalled[informed]["doc-hours-s2"] > recalled[0.0]["doc-hours-s2"] + 0.05
+    assert recalled[informed]["doc-hours-s2"] - recalled[informed]["doc-parking-s1"] > (
+        recalled[0.0]["doc-hours-s2"] - recalled[0.0]["doc-parking-s1"])

@@ -161,10 +161,10 @@ PARKING = {
 }
 
 
-def test_sections_on_the_same_topic_match_when_headings_differ_by_the_qualifier(tmp_path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_sections_on_the_same_topic_match_when_headings_differ_by_the_qualifier(tmp_path, embedder, heuristic: None) -> None:  # type: ignore[no-untyped-def]
     """"Wales visitor parking permits for flats" in "Wales Parking Rules" is the regional version of
     "Visitor parking permits" in "Parking Rules": what the headings share once the titles' qualifier is
-    set aside."""
+    set aside. (On the cosine rules, so that the Welsh section, the question's nearest, is the pick.)"""
     with dossier.open(f"sqlite:///{tmp_path}/park.db", embedder=embedder) as engine:
         engine.load_bundle(PARKING)
         asked = "How many visitor parking permits do we issue for a flat in {}?"

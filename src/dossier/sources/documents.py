@@ -111,10 +111,13 @@ class DocumentsSource:
             found.decide("documents", backend="vector")
         else:
             found.decide("documents", backend="hybrid")
+        failed_vectors = vector_hits is None
         vector_hits, text_hits = vector_hits or [], text_hits or []
         found.decide("documents", detail={"vector_candidates": len(vector_hits), "text_candidates": len(text_hits)})
         candidates = self._fuse(query, tools, found, vector_hits, text_hits)
         self._score_lexical_only(query, tools, found, candidates, vector)
+        if failed_vectors:
+            self._rank_by_meaning(candidates)
         kept = self._apply_filters(query, tools, found, candidates, filters)
         self._adapt(query, tools, found, kept, vector, limit=500)
         return kept
@@ -191,6 +194,15 @@ class DocumentsSource:
         scores = {h.id: h.score for h in hits or []}
         for c in lexical:
             c.score = scores.get(c.section_id, 0.0)
+
+    @staticmethod
+    def _rank_by_meaning(candidates: list[SectionCandidate]) -> None:
+        """The org-wide vector search failed: the full-text candidates, scored by meaning within their
+        documents, get the vector ranks that search would have given them among themselves, so that the
+        ranker reads them as it was trained to (found by both searches), not as found by words alone."""
+        scored = sorted((c for c in candidates if c.score > 0), key=lambda c: (-c.score, c.section_id))
+        for rank, c in enumerate(scored, start=1):
+            c.vector_rank = rank
 
     def _apply_filters(self, query: SourceQuery, tools: SourceTools, found: Found, candidates: list[SectionCandidate],
                        filters: Filters | None) -> list[SectionCandidate]:  # fmt: skip
