@@ -258,3 +258,52 @@ def test_an_unnamed_sibling_gives_way_without_the_ranker_too(tmp_path, embedder,
         assert ids(bristol, "documents")[0] == "doc-dep-s1"
         cardiff = engine.retrieve({"mode": "scout", "message": asked.format("Cardiff")}, org="lets", caller="ops")
         assert ids(cardiff, "documents")[0] == "doc-dep-wales-s1"
+
+
+CODES = {
+    "orgs": [{"id": "fix", "name": "Fix Co"}],
+    "callers": [{"id": "ops", "org": "fix", "roles": ["ops"]}],
+    "documents": [
+        {"id": "doc-a-contractors", "org": "fix", "title": "Contractor Spend Limits", "sections": [
+            {"id": "doc-a-contractors-s1", "heading": "Emergency spend",
+             "text": "Contractors may spend up to 500 pounds without approval on a P1 job."},
+        ]},
+        {"id": "doc-b-damp", "org": "fix", "title": "Damp and Mould", "sections": [
+            {"id": "doc-b-damp-s1", "heading": "Triage", "text": "Mould with a leak is logged as P1, otherwise P3."},
+        ]},
+        {"id": "doc-z-repairs", "org": "fix", "title": "Repairs Procedure", "sections": [
+            {"id": "doc-z-repairs-s1", "heading": "Priority levels and response times",
+             "text": "Response times for repairs: P1 within 4 hours, P2 within 3 days, P3 within 20 working days."},
+        ]},
+    ],
+}
+
+
+def test_sections_holding_the_questions_code_keep_the_rankers_order(tmp_path, embedder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every section holding an exact code of the question is lifted above the pick thresholds, in the
+    ranker's order among themselves: not a tie broken by section id. (A section model that reads the cosine
+    alone and rates every candidate below 0.9, written as a model file, makes the ranker's order the
+    cosine's.)"""
+    import json
+
+    from dossier.evaluation.fit import ranker_file
+    from dossier.pipeline.features import MEMORY_FEATURES, SECTION_FEATURES
+
+    def model(features: tuple[str, ...]) -> dict:
+        coef = [4.0 if f == "cosine" else 0.0 for f in features]
+        return {"features": list(features), "mean": [0.0] * len(features), "scale": [1.0] * len(features),
+                "coef": coef, "intercept": -4.0, "thresholds": {"first_pick": 0.5, "other_pick": 0.5}}  # fmt: skip
+
+    path = tmp_path / "cosine-ranker.json"
+    path.write_text(json.dumps(ranker_file({"sections": model(SECTION_FEATURES), "memories": model(MEMORY_FEATURES)})))
+    monkeypatch.setenv(FILE_ENV, str(path))
+    with dossier.open(f"sqlite:///{tmp_path}/codes.db", embedder=embedder) as engine:
+        engine.load_bundle(CODES)
+        response = engine.retrieve({"mode": "scout", "message": "What are the response times for P1 and P2 repairs?",
+                                    "trace": True}, org="fix", caller="ops")  # fmt: skip
+        cosine = {t.id: t.score for t in response.trace if t.source == "documents" and t.layer == "recall"}
+    assert response.route["documents"].detail["ranker"].startswith("shipped:")
+    returned = ids(response, "documents")
+    assert set(returned) == set(cosine)  # all three hold "p1": all lifted, all picked
+    assert returned == sorted(cosine, key=lambda section: -cosine[section])  # in the model's (the cosine's) order
+    assert returned != sorted(cosine)  # which here is not the order of their ids

@@ -210,7 +210,8 @@ def _select_ranked(call: Call, candidates: list[SectionCandidate], ranker: Linea
     # a candidate only full text found makes no clear winner (its cosine undersells an exact match); the
     # org's sibling ratio applies on this path too.
     codes_found = rows[:, SECTION_FEATURES.index("code_match")] > 0
-    probabilities = np.where(codes_found, np.maximum(probabilities, 0.9), probabilities)
+    # (lifted into [0.9, 1.0] keeping the ranker's order: several sections holding the code are not a tie)
+    probabilities = np.where(codes_found, 0.9 + 0.1 * probabilities, probabilities)
     lexical_only = any(c.lexical_only for c in candidates)
     decision = dataclasses.replace(decision, sibling_ratio=settings.thresholds.sibling_ratio,
                                    clear_winner=1.01 if lexical_only else decision.clear_winner)  # fmt: skip
