@@ -91,9 +91,9 @@ def test_a_place_in_the_region_names_the_regional_sibling(tmp_path, embedder) ->
         assert first(question, {"email": "amy@example.com"}) == "doc-claims-s1"
 
 
+LETTINGS = {"orgs": [{"id": "lets", "name": "Lettings Co"}], "callers": [{"id": "ops", "org": "lets", "roles": ["ops"]}]}
 DEPOSITS = {
-    "orgs": [{"id": "lets", "name": "Lettings Co"}],
-    "callers": [{"id": "ops", "org": "lets", "roles": ["ops"]}],
+    **LETTINGS,
     "documents": [
         {"id": "doc-dep", "org": "lets", "title": "Tenancy Deposit Procedure", "sections": [
             {"id": "doc-dep-s1", "heading": "Deposit cap", "text": "We take at most five weeks' rent as security."},
@@ -145,8 +145,7 @@ def test_an_unnamed_sibling_gives_way_to_the_general_document(tmp_path, embedder
 
 
 PARKING = {
-    "orgs": [{"id": "lets", "name": "Lettings Co"}],
-    "callers": [{"id": "ops", "org": "lets", "roles": ["ops"]}],
+    **LETTINGS,
     "documents": [
         {"id": "doc-park", "org": "lets", "title": "Parking Rules", "sections": [
             {"id": "doc-park-s1", "heading": "Visitor parking permits", "text": "One a year, on request."},

@@ -269,10 +269,10 @@ def _sibling_of(call: Call, pick: SectionCandidate, candidates: list[SectionCand
 
 
 def _general_of(call: Call, pick: SectionCandidate, candidates: list[SectionCandidate]) -> SectionCandidate | None:
-    """The general document's section with the pick's heading, when the pick is in a more specific sibling
-    (its title ends with the general one's and is longer) whose qualifier neither the question nor the
-    record names: "Wales Tenancy Deposit Procedure" picked for a flat in Bristol gives way to the same
-    section of "Tenancy Deposit Procedure". The general document must be among the candidates'."""
+    """The general document's section on the pick's topic (:func:`_same_section`), when the pick is in a
+    more specific sibling (its title ends with the general one's and is longer) whose qualifier neither the
+    question nor the record names: "Wales Tenancy Deposit Procedure" picked for a flat in Bristol gives way
+    to the same section of "Tenancy Deposit Procedure". The general document must be among the candidates'."""
     document = call.documents.get(pick.document_id)
     if document is None:
         return None
