@@ -18,6 +18,7 @@ import pytest
 from dossier.bundle import Document, Memory, Org, Section
 from dossier.stores.base import Hit, TextKind, WriteBatch
 from dossier.stores.sqlite import SQLiteStore
+from dossier.stores.sqlite_fulltext import TABLES
 
 WORDS = ("discount renewal contract pricing seats approval quote refund invoice escalation support onboarding "
          "security migration training rollout budget procurement legal review").split()  # fmt: skip
@@ -209,3 +210,23 @@ def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
     finally:
         store.close()
         other.close()
+
+
+def test_the_shortest_rows_are_ordered_by_their_token_count_across_varint_sizes(tmp_path: Path) -> None:
+    """FTS5 records a row's size as a varint (one byte below 128 tokens, more above); the memories' search
+    orders candidates by it in SQL, which must agree with the tokens counted."""
+    tokens = [300, 7, 128, 16_384, 127, 129, 3, 16_383, 20_000, 128, 7]
+    store = SQLiteStore(tmp_path / "sizes.db")
+    try:
+        memories = [(Memory(id=f"m{i}", org="a", record="r", text=" ".join(["ox"] * n), created_at=WHEN), f"h{i}")
+                    for i, n in enumerate(tokens)]  # fmt: skip
+        store.write(WriteBatch(orgs=[Org(id="a")], memories=memories))
+        rowid = dict(store._query("SELECT id, rowid FROM memories", []))
+        rowids = [rowid[f"m{i}"] for i in range(len(tokens))]
+        by_tokens = sorted(rowids, key=lambda r: (tokens[rowids.index(r)], r))
+        shortest = store._text._shortest  # noqa: SLF001 - the one ordering under test
+        assert shortest(TABLES["memory"], rowids, len(rowids)) == by_tokens
+        assert shortest(TABLES["memory"], rowids[::-1], 4) == by_tokens[:4]
+        assert shortest(TABLES["memory"], [*rowids, 10**9], 2) == [10**9, by_tokens[0]]  # no size recorded: 0 tokens
+    finally:
+        store.close()

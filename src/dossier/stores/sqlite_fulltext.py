@@ -183,6 +183,16 @@ class PrunedText:
     def _shortest(self, table: _Table, rowids: list[int], count: int) -> list[int]:
         """The ``count`` shortest rows among ``rowids`` (in tokens; ties by rowid): holding the same terms,
         a shorter row scores higher."""
+        if len(table.weights) == 1:
+            # one column: its size is one varint, and minimal varints order as their values do when
+            # ordered by length, then bytes; SQLite sorts them (a row without a size counts as 0 tokens)
+            sql = (f"SELECT {_ARRAY % 'id'} FROM (SELECT id FROM {table.fts}_docsize "
+                   f"WHERE id IN (SELECT value FROM json_each(?)) ORDER BY length(sz), sz, id)")
+            ordered = json.loads(self._query(sql, [json.dumps(rowids)])[0][0])
+            if len(ordered) < len(rowids):
+                sized = set(ordered)
+                ordered = sorted(r for r in rowids if r not in sized) + ordered
+            return ordered[:count]
         sql = f"SELECT {_ARRAY % 'id'}, {_ARRAY % 'hex(sz)'} FROM {table.fts}_docsize WHERE id IN (SELECT value FROM json_each(?))"
         ids, sizes = (json.loads(v) for v in self._query(sql, [json.dumps(rowids)])[0])
         length = dict(zip(ids, map(_size, map(bytes.fromhex, sizes))))
