@@ -3,8 +3,8 @@
 Reproduce (from the repository root, after `pip install -e ".[train]"`; the external sets are read-only
 in ../shared/data, or --data DIR, or $DOSSIER_SHARED_DATA):
 
-    python bench/train_ranker.py --training-sets harbor,cedar --adapter-without-training-sets --write
-                                                # the shipped fit: print train / held-out, write providers/data/
+    python bench/train_ranker.py --training-sets harbor,cedar --adapter-without-training-sets \
+        --section-objective listwise --write    # the shipped fit: print train / held-out, write providers/data/
     python bench/train_ranker.py                # PolicyQA, LoCoMo and the project set alone, without writing
     python bench/train_ranker.py --adapter-cv   # how the adapters' regularisation weight was chosen
 
@@ -19,7 +19,7 @@ Splits (fixed, by unit, never by question):
   --training-sets NAMES only those: every question trains, none is measured. The shipped models:
   `--training-sets harbor,cedar --adapter-without-training-sets --write` (the rankers and thresholds see
   Harbor Line and Cedar & Stone, the section adapter does not; Birchwood Lettings is the validation set
-  that chose this fit; docs/evaluation.md).
+  that chose this fit, and the section ranker's listwise objective; docs/evaluation.md).
 The handbook set (examples/handbook) is never read here: it is a test set only.
 
 Section examples are the candidates that reach selection in a real call (fetch mode for PolicyQA,
@@ -255,6 +255,10 @@ def main() -> int:
     parser.add_argument("--out", metavar="DIR",
                         help="with --write, write ranker.json and adapters.npz into DIR instead of the package (to try a fit: "
                              "$DOSSIER_RANKER_FILE and $DOSSIER_ADAPTER_FILE point dossier at them)")
+    parser.add_argument("--section-objective", choices=("pointwise", "listwise"), default="pointwise",
+                        help="how the section ranker is fitted (dossier.evaluation.fit.fit; default: pointwise)")
+    parser.add_argument("--memory-objective", choices=("pointwise", "listwise"), default="pointwise",
+                        help="how the memory ranker is fitted (default: pointwise)")
     parser.add_argument("--cache", help="keep the extracted examples in this file and reuse them (the features must not change)")
     args = parser.parse_args()
     data = ext.data_dir(args.data, repo_root=REPO)
@@ -337,11 +341,12 @@ def main() -> int:
     for example in sections["policyqa"]["train"]:
         example.weight = len(org_wide) / len(sections["policyqa"]["train"])
     train_sections = sections["policyqa"]["train"] + org_wide
-    section_spec = fit.fit(train_sections, kind="sections", features=SECTION_FEATURES)
+    section_spec = fit.fit(train_sections, kind="sections", features=SECTION_FEATURES, objective=args.section_objective)
     section_ranker = parse(section_spec, kind="sections", expected=SECTION_FEATURES, origin="fit")
     section_spec["thresholds"] = fit.choose_thresholds(org_wide, section_ranker)
     section_ranker = parse(section_spec, kind="sections", expected=SECTION_FEATURES, origin="fit")
-    memory_spec = fit.fit(memories["train"] + project_memories["train"], kind="memories", features=MEMORY_FEATURES, score=fit.any_at(10))
+    memory_spec = fit.fit(memories["train"] + project_memories["train"], kind="memories", features=MEMORY_FEATURES, score=fit.any_at(10),
+                         objective=args.memory_objective)
     memory_ranker = parse(memory_spec, kind="memories", expected=MEMORY_FEATURES, origin="fit")
     memory_spec["thresholds"] = {"floor": fit.memory_floor(memories["train"] + project_memories["train"], memory_ranker)}
 

@@ -188,7 +188,8 @@ def test_the_rule_the_memory_points_to_comes_first(tmp_path: Path, embedder) -> 
             response = engine.retrieve(request, org="haul", caller="ops")
         assert response.sources["memories"].items[0].id == "m1"
         assert response.route["documents"].detail.get("memory_informed") == ("m1" if weight else None)
-        first[weight] = response.sources["documents"].items[0].section_id
+        items = response.sources["documents"].items  # the question alone may be too unsure to pick (abstain)
+        first[weight] = items[0].section_id if items else None
         recalled[weight] = {t.id: t.score for t in response.trace if t.source == "documents" and t.layer == "recall"}
     # the question alone reads "fine ... who pays" as much as the traffic-offence rule as the driving-time one;
     # the memory says what the fine was for: the search moves towards that rule and away from the other

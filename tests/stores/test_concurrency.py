@@ -56,7 +56,7 @@ def _worker(url: str, worker: int, barrier: Any, results: Any) -> None:
                 engine.load_bundle(_round(worker, n))
                 response = engine.retrieve(
                     {"mode": "brief", "record": {"email": f"worker{worker}@corp{worker}.com"},
-                     "message": "What did the customer ask about the renewal?"},
+                     "message": "What did the customer ask about the renewal, and which discounts need approval?"},
                     org=ORG, caller="ana",
                 )  # fmt: skip
                 assert not response.partial, response.model_dump_json()

@@ -3,8 +3,10 @@
 Examples come out of the real pipeline: each question runs the layers up to selection (plan,
 resolve, understand, recall, govern, rerank) and the candidates that reach selection are turned into
 feature rows by the same functions a live call uses, so training and serving cannot drift apart. A
-row is labelled 1 when its section (or memory) is gold. The model is a standardised logistic
-regression (scikit-learn; the ``train`` extra); its decision thresholds are chosen on the same
+row is labelled 1 when its section (or memory) is gold. The model is a standardised logistic model
+(scikit-learn and SciPy; the ``train`` extra), fitted row by row (``pointwise``) or question by question
+(``listwise``: the gold candidates should win the softmax over their question's candidates; a one-slope
+logistic fit then makes its score a probability); its decision thresholds are chosen on the same
 training questions, never on the questions it is reported on.
 """
 
@@ -98,13 +100,22 @@ def memory_example(engine: Any, *, org: str, record_ids: Sequence[str], question
 
 
 def fit(examples: Sequence[Example], *, kind: str, features: Sequence[str], c_grid: Sequence[float] = C_GRID,
-        score: Callable[[Sequence[Example], Callable[[np.ndarray], np.ndarray]], float] | None = None) -> dict[str, Any]:  # fmt: skip
+        score: Callable[[Sequence[Example], Callable[[np.ndarray], np.ndarray]], float] | None = None,
+        objective: str = "pointwise") -> dict[str, Any]:  # fmt: skip
     """A logistic model as the JSON form :func:`dossier.providers.ranker.parse` reads. The inverse
-    regularisation strength is chosen by cross-validation over question groups (three folds)."""
+    regularisation strength is chosen by cross-validation over question groups (three folds).
+
+    ``objective``: ``pointwise`` fits each candidate's label alone (logistic regression); ``listwise``
+    fits the weights so that each question's gold candidates win the softmax over its candidates (what
+    top-1 asks), then turns the score into a probability with one more logistic fit over every candidate
+    (Platt scaling), so that the thresholds read a calibrated probability either way."""
     try:
         from sklearn.linear_model import LogisticRegression
     except ImportError:
         raise UsageError("fitting a ranker needs scikit-learn: pip install 'dossier-engine[train]'") from None
+    if objective not in ("pointwise", "listwise"):
+        raise UsageError(f"unknown ranker objective {objective!r}: pointwise or listwise")
+    estimator: Any = LogisticRegression if objective == "pointwise" else functools.partial(_Listwise, LogisticRegression)
     usable = [e for e in examples if len(e.y)]
     if not any(e.y.any() for e in usable):
         raise UsageError(f"no {kind} question has a gold candidate among what recall found: nothing to learn from")
@@ -117,14 +128,14 @@ def fit(examples: Sequence[Example], *, kind: str, features: Sequence[str], c_gr
             train = [e for j, f in enumerate(folds) if j != k for e in f]
             if not train or not folds[k] or not any(e.y.any() for e in train):
                 continue
-            model = _fit_one(train, c, LogisticRegression)
+            model = _fit_one(train, c, estimator)
             results.append(score(folds[k], functools.partial(_probabilities, model)))
         if results and float(np.mean(results)) > best + 1e-9:
             best_c, best = c, float(np.mean(results))
-    model = _fit_one(usable, best_c, LogisticRegression)
+    model = _fit_one(usable, best_c, estimator)
     mean, scale, coef, intercept = model
     return {"kind": kind, "features": list(features), "mean": mean.tolist(), "scale": scale.tolist(),
-            "coef": coef.tolist(), "intercept": intercept, "c": best_c}  # fmt: skip
+            "coef": coef.tolist(), "intercept": intercept, "c": best_c, "objective": objective}  # fmt: skip
 
 
 def _fit_one(examples: Sequence[Example], c: float, estimator: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -133,8 +144,52 @@ def _fit_one(examples: Sequence[Example], c: float, estimator: Any) -> tuple[np.
     w = np.concatenate([np.full(len(e.y), e.weight) for e in examples])
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale < 1e-9] = 1.0
-    model = estimator(C=c, max_iter=5000).fit((x - mean) / scale, y, sample_weight=w)
+    model = estimator(C=c, max_iter=5000)
+    if getattr(model, "grouped", False):  # listwise: which question each row belongs to
+        groups = np.concatenate([np.full(len(e.y), n) for n, e in enumerate(examples)])
+        model.fit((x - mean) / scale, y, sample_weight=w, groups=groups)
+    else:
+        model.fit((x - mean) / scale, y, sample_weight=w)
     return mean, scale, model.coef_[0].astype(np.float64), float(model.intercept_[0])
+
+
+class _Listwise:
+    """The estimator of the ``listwise`` objective, with the part of scikit-learn's interface ``_fit_one``
+    uses: ``fit(x, y, sample_weight, groups)`` then ``coef_`` and ``intercept_``."""
+
+    grouped = True
+
+    def __init__(self, calibrator: Any, *, C: float, max_iter: int) -> None:  # noqa: N803 - scikit-learn's name
+        self.calibrator, self.c, self.max_iter = calibrator, C, max_iter
+
+    def fit(self, x: np.ndarray, y: np.ndarray, *, sample_weight: np.ndarray, groups: np.ndarray) -> "_Listwise":
+        from scipy.optimize import minimize
+
+        starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+        bounds = list(zip(starts, [*starts[1:], len(groups)]))
+        answered = [(a, b) for a, b in bounds if y[a:b].any()]
+        weights = np.array([sample_weight[a] for a, _ in answered])
+
+        def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+            total, grad = 0.5 * float(w @ w) / self.c, w / self.c
+            for (a, b), weight in zip(answered, weights):
+                rows = x[a:b]
+                s = rows @ w
+                p = np.exp(s - s.max())
+                p /= p.sum()
+                gold = y[a:b] > 0
+                won = float(p[gold].sum())
+                total -= weight * np.log(max(won, 1e-300))
+                q = np.where(gold, p / max(won, 1e-300), 0.0)  # the gold candidates' share of what they won
+                grad = grad - weight * (rows.T @ (q - p))
+            return total, grad
+
+        w = minimize(loss, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B", options={"maxiter": self.max_iter}).x
+        platt = self.calibrator(C=1e6, max_iter=self.max_iter).fit((x @ w)[:, None], y, sample_weight=sample_weight)
+        slope = float(platt.coef_[0][0])
+        self.coef_ = (slope * w)[None, :]
+        self.intercept_ = np.array([float(platt.intercept_[0])])
+        return self
 
 
 def _probabilities(model: tuple[np.ndarray, np.ndarray, np.ndarray, float], x: np.ndarray) -> np.ndarray:

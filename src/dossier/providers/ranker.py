@@ -1,8 +1,9 @@
 """The learned rankers: a logistic model over a candidate's evidence, as numpy and a small JSON file.
 
 One model ranks section candidates, one ranks memory candidates (tier 2). Each is a standardised
-logistic regression: ``p = sigmoid(((x - mean) / scale) . coef + intercept)``, so its score is a
-probability that the candidate answers, and the decisions that follow (clear winner, picks,
+logistic model: ``p = sigmoid(((x - mean) / scale) . coef + intercept)`` (fitted row by row, or question
+by question and then calibrated: :func:`dossier.evaluation.fit.fit`), so its score is a probability that
+the candidate answers, and the decisions that follow (clear winner, picks,
 supplementary, abstention, the memory floor) are thresholds on that probability, stored with the
 model and measured on the data it was fitted on (``bench/train_ranker.py``; docs/evaluation.md).
 
