@@ -217,10 +217,12 @@ def _synthetic_groups(seed: int, groups: int) -> list:  # type: ignore[type-arg]
 def test_both_objectives_learn_the_ranking_and_give_calibrated_probabilities(objective: str) -> None:
     from dossier.evaluation.fit import fit, top1
 
-    spec = fit(_synthetic_groups(1, 300), kind="sections", features=("lead", "question"), objective=objective)
+    report: dict[str, float] = {}
+    spec = fit(_synthetic_groups(1, 300), kind="sections", features=("lead", "question"), objective=objective, report=report)
     model = rankers.parse(spec, kind="sections", expected=("lead", "question"), origin="fit")
     held_out = _synthetic_groups(2, 300)
     assert top1(held_out, model.probabilities) >= top1(held_out, lambda x: x[:, 0]) - 0.02  # the lead decides
+    assert abs(report["cv"] - top1(held_out, model.probabilities)) < 0.1  # cross-validation foretold it
     predicted = np.concatenate([model.probabilities(e.x) for e in held_out])
     observed = np.concatenate([e.y for e in held_out])
     assert abs(float(predicted.mean()) - float(observed.mean())) < 0.02  # 0.075 of the candidates are gold

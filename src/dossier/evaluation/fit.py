@@ -101,14 +101,15 @@ def memory_example(engine: Any, *, org: str, record_ids: Sequence[str], question
 
 def fit(examples: Sequence[Example], *, kind: str, features: Sequence[str], c_grid: Sequence[float] = C_GRID,
         score: Callable[[Sequence[Example], Callable[[np.ndarray], np.ndarray]], float] | None = None,
-        objective: str = "pointwise") -> dict[str, Any]:  # fmt: skip
+        objective: str = "pointwise", report: dict[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
     """A logistic model as the JSON form :func:`dossier.providers.ranker.parse` reads. The inverse
     regularisation strength is chosen by cross-validation over question groups (three folds).
 
     ``objective``: ``pointwise`` fits each candidate's label alone (logistic regression); ``listwise``
     fits the weights so that each question's gold candidates win the softmax over its candidates (what
     top-1 asks), then turns the score into a probability with one more logistic fit over every candidate
-    (Platt scaling), so that the thresholds read a calibrated probability either way."""
+    (Platt scaling), so that the thresholds read a calibrated probability either way. ``report``, when
+    given, receives ``cv``: the chosen strength's mean score on the folds it was not fitted on."""
     try:
         from sklearn.linear_model import LogisticRegression
     except ImportError:
@@ -132,6 +133,8 @@ def fit(examples: Sequence[Example], *, kind: str, features: Sequence[str], c_gr
             results.append(score(folds[k], functools.partial(_probabilities, model)))
         if results and float(np.mean(results)) > best + 1e-9:
             best_c, best = c, float(np.mean(results))
+    if report is not None:
+        report["cv"] = best
     model = _fit_one(usable, best_c, estimator)
     mean, scale, coef, intercept = model
     return {"kind": kind, "features": list(features), "mean": mean.tolist(), "scale": scale.tolist(),
