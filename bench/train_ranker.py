@@ -4,7 +4,8 @@ Reproduce (from the repository root, after `pip install -e ".[train]"`; the exte
 in ../shared/data, or --data DIR, or $DOSSIER_SHARED_DATA):
 
     python bench/train_ranker.py --training-sets harbor,cedar --adapter-without-training-sets \
-        --section-objective listwise --write    # the shipped fit: print train / held-out, write providers/data/
+        --section-objective listwise --policyqa-weight 0.25 --write
+                                                # the shipped fit: print train / held-out, write providers/data/
     python bench/train_ranker.py                # PolicyQA, LoCoMo and the project set alone, without writing
     python bench/train_ranker.py --adapter-cv   # how the adapters' regularisation weight was chosen
 
@@ -19,7 +20,7 @@ Splits (fixed, by unit, never by question):
   --training-sets NAMES only those: every question trains, none is measured. The shipped models:
   `--training-sets harbor,cedar --adapter-without-training-sets --write` (the rankers and thresholds see
   Harbor Line and Cedar & Stone, the section adapter does not; Birchwood Lettings is the validation set
-  that chose this fit, and the section ranker's listwise objective; docs/evaluation.md).
+  that chose this fit, the section ranker's listwise objective and PolicyQA's weight; docs/evaluation.md).
 The handbook set (examples/handbook) is never read here: it is a test set only.
 
 Section examples are the candidates that reach selection in a real call (fetch mode for PolicyQA,
@@ -259,6 +260,8 @@ def main() -> int:
                         help="how the section ranker is fitted (dossier.evaluation.fit.fit; default: pointwise)")
     parser.add_argument("--memory-objective", choices=("pointwise", "listwise"), default="pointwise",
                         help="how the memory ranker is fitted (default: pointwise)")
+    parser.add_argument("--policyqa-weight", type=float, default=1.0, metavar="SHARE",
+                        help="PolicyQA's weight in the section fit, as a share of the labelled sets' (default 1: as much)")
     parser.add_argument("--cache", help="keep the extracted examples in this file and reuse them (the features must not change)")
     args = parser.parse_args()
     data = ext.data_dir(args.data, repo_root=REPO)
@@ -339,7 +342,7 @@ def main() -> int:
     # PolicyQA (one policy's segments per question) weighs as much as the labelled sets (a whole org's sections)
     org_wide = [e for name in labelled for e in sections[name]["train"]]
     for example in sections["policyqa"]["train"]:
-        example.weight = len(org_wide) / len(sections["policyqa"]["train"])
+        example.weight = args.policyqa_weight * len(org_wide) / len(sections["policyqa"]["train"])
     train_sections = sections["policyqa"]["train"] + org_wide
     section_cv: dict[str, float] = {}
     memory_cv: dict[str, float] = {}
