@@ -17,8 +17,8 @@ Splits (fixed, by unit, never by question):
 * the project's own set (examples/eval/sample-questions.json): by gold document, with a stable hash of
   the document id (dossier.evaluation.fit.split_of); unanswerable questions by a hash of their id;
 * with --with-training-sets, also the training sets (examples/training/*-questions.json), or with
-  --training-sets NAMES only those: every question trains, none is measured. The shipped models:
-  `--training-sets harbor,cedar --adapter-without-training-sets --write` (the rankers and thresholds see
+  --training-sets NAMES only those: every question trains, none is measured. The shipped models: the
+  first command above (the rankers and thresholds see
   Harbor Line and Cedar & Stone, the section adapter does not; Birchwood Lettings is the validation set
   that chose this fit, the section ranker's listwise objective and PolicyQA's weight; docs/evaluation.md).
 The handbook set (examples/handbook) is never read here: it is a test set only.
@@ -339,7 +339,8 @@ def main() -> int:
     use_adapter(None)
     for example in memories["train"]:  # LoCoMo weighs as much as the labelled sets in the memory fit
         example.weight = len(project_memories["train"]) / len(memories["train"])
-    # PolicyQA (one policy's segments per question) weighs as much as the labelled sets (a whole org's sections)
+    # PolicyQA (one policy's segments per question) weighs --policyqa-weight times the labelled sets (a whole
+    # org's sections each)
     org_wide = [e for name in labelled for e in sections[name]["train"]]
     for example in sections["policyqa"]["train"]:
         example.weight = args.policyqa_weight * len(org_wide) / len(sections["policyqa"]["train"])
