@@ -18,6 +18,7 @@ import pytest
 from dossier.bundle import Document, Memory, Org, Section
 from dossier.stores.base import Hit, TextKind, WriteBatch
 from dossier.stores.sqlite import SQLiteStore
+from dossier.stores import sqlite_fulltext
 from dossier.stores.sqlite_fulltext import TABLES
 
 WORDS = ("discount renewal contract pricing seats approval quote refund invoice escalation support onboarding "
@@ -32,13 +33,15 @@ QUESTIONS = [
     "refunds refund refunded invoices",
     "foo_bar deal_stage support",
     "nothing matches xyzzy",
+    "invoice 2024 for 40 seats",  # runs of digits: each its own token, never tokenised ahead (see learn)
 ]
 
 
 def _text(rng: random.Random, extra: str = "") -> str:
     words = [rng.choice(WORDS) for _ in range(rng.randint(4, 14))]
     if rng.random() < 0.1:
-        words.insert(rng.randrange(len(words)), rng.choice(["NW-EDU-40", "Café", "naïve", "résumé", "foo_bar", "refunded"]))
+        words.insert(rng.randrange(len(words)), rng.choice(["NW-EDU-40", "Café", "naïve", "résumé", "foo_bar", "refunded",
+                                                            "2024", "40", f"#{rng.randrange(100_000)}"]))  # fmt: skip
     return (" ".join(words) + extra).capitalize() + "."
 
 
@@ -130,6 +133,20 @@ def test_the_complete_ranking_in_python_matches_bm25_to_the_bit(mixed: Path) -> 
             for kind, parents in searches:
                 got = store._pruned(kind, query, org="a", limit=10_000, slots=_slots(store, kind, "a", parents), prune=False)
                 assert got == _complete(mixed, kind, query, org="a", limit=10_000, parents=parents), (kind, query)
+    finally:
+        store.close()
+
+
+def test_the_ranking_holds_when_the_known_pieces_start_again(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokenised pieces are kept up to a bound, then forgotten: with a bound of a few pieces every search
+    starts again, and the answers are still bm25()'s (runs of digits are never learnt from the texts)."""
+    monkeypatch.setattr(sqlite_fulltext, "_PIECES_KEPT", 3)
+    store = SQLiteStore(mixed)
+    try:
+        for query in QUESTIONS:
+            for _ in range(2):  # the second time, the texts are remembered as learnt (until the pieces are dropped)
+                got = store._pruned("memory", query, org="a", limit=10_000, slots=_slots(store, "memory", "a", ["a-big"]), prune=False)
+                assert got == _complete(mixed, "memory", query, org="a", limit=10_000, parents=["a-big"]), query
     finally:
         store.close()
 

@@ -22,7 +22,10 @@ the table. Among 100,000 memories of one record a typical question matches some 
   same order, so a row gets the very score the complete ranking gives it. A term's frequency is counted
   in the row's text, tokenised as FTS5 does (``porter unicode61``): the text is split where unicode61
   surely splits (ASCII punctuation, whitespace) and each piece is turned into tokens by FTS5 itself (a
-  scratch table in the connection's temporary database), once per distinct piece per process.
+  scratch table in the connection's temporary database), once per distinct piece per process (a run of
+  ASCII digits is its own token and is not looked up); a text whose pieces were all learnt is
+  remembered by a digest and not scanned for new pieces again. The rows' scores are computed for all
+  candidates at once (numpy, the same operations in the same order, so the same bits).
 
 What pruning gives up: a row holding none of the terms that chose the candidates, or one not read
 among them, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40`` are
@@ -33,6 +36,7 @@ parents' rows in a large table).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -40,13 +44,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .sqlite_schema import SLOT_BITS
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 #: ASCII punctuation and symbols, and whitespace: where unicode61 always ends a token. What lies between
 #: (a "piece") is tokenised by FTS5 itself; most pieces are one ASCII word, one token.
 _SEPARATORS = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\s]+")
+_ASCII_PIECE = re.compile(r"[a-z0-9]+")  # a piece of lower-cased ASCII text
 _PIECES_KEPT = 500_000  # tokenised pieces kept per process (the cache starts again past this)
+_TEXTS_KEPT = 200_000  # digests of texts whose every piece is known, kept per process (likewise)
 _SLOTS_PER_READ = 200  # parents' rowid ranges read by one statement (SQLite allows 500 terms in a compound)
 _ARRAY = "json_group_array(%s)"
 _SCOPES_KEPT = 10_000  # scope sizes kept per table while its index is unchanged
@@ -91,6 +99,7 @@ class PrunedText:
         self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics
         self._pieces: dict[str, tuple[str, ...]] = {}  # piece of text -> its FTS5 tokens
         self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
+        self._learnt: set[bytes] = set()  # digests of texts whose every piece is in ``_pieces``
         self._scratch = False  # the temporary tokenising table exists on this connection
 
     # -- sizes ---------------------------------------------------------------------------------------
@@ -275,19 +284,17 @@ class PrunedText:
                     continue
                 for i, n in where[piece]:
                     freqs[base + i] += weight * n
+        # bm25(): the same operations in the same order, a row at a time in each array's lanes (a phrase
+        # absent from a row adds exactly 0.0)
         k1, b, average = _K1, _B, stats.average_length
-        out = []
-        for r in range(rows):
-            length = float(_size(bytes.fromhex(sizes[r])))
-            # bm25(): the same operations in the same order (a phrase absent from the row adds exactly 0.0)
-            norm = k1 * (1 - b + b * length / average)
-            score = 0.0
-            for i in range(count):
-                f = freqs[r * count + i]
-                if f:
-                    score += idf[i] * ((f * (k1 + 1.0)) / (f + norm))
-            out.append((ids[r], parents[r], score))
-        return out
+        lengths = np.fromiter((_size(bytes.fromhex(s)) for s in sizes), dtype=np.float64, count=rows)
+        norm = k1 * (1 - b + b * lengths / average)
+        matrix = np.array(freqs, dtype=np.float64).reshape(rows, count)
+        scores = np.zeros(rows, dtype=np.float64)
+        for i in range(count):
+            f = matrix[:, i]
+            scores = scores + idf[i] * ((f * (k1 + 1.0)) / (f + norm))
+        return list(zip(ids, parents, scores.tolist()))
 
     # -- statistics --------------------------------------------------------------------------------
     def _read_statistics(self, table: _Table, found: list[str]) -> _Statistics:
@@ -314,19 +321,28 @@ class PrunedText:
         self._tokenise([p for p in split if p not in self._pieces])
         return tuple(t for p in split for t in self._pieces[p])
 
-    def learn(self, texts: list[str], firsts: set[str]) -> None:
-        """Tokenise the pieces of ``texts`` not yet known that may hold a token beginning with one of ``firsts``
-        (stemming keeps a word's first letter), and any piece holding a letter beyond ASCII."""
+    def learn(self, texts: list[str]) -> None:
+        """Tokenise every piece of ``texts`` not yet known but runs of ASCII digits (each its own token, and
+        often unique: an order number, a date). A text once learnt is remembered (a 128-bit digest of it)
+        and not scanned again while its pieces are kept: a record's rows come back as candidates call
+        after call."""
         if len(self._pieces) > _PIECES_KEPT:  # start again (before this query's pieces are looked up)
             self._pieces.clear()
             self._surface.clear()
-        text = "\n".join(texts)
-        starts = "".join(sorted(c for c in firsts if c.isascii() and c.isalnum()))
-        if text.isascii():  # pieces are runs of letters and digits; only those beginning with ``starts`` matter
-            pieces = set(re.findall(rf"(?<![a-z0-9])[{starts}][a-z0-9]*", text.lower())) if starts else set()
+            self._learnt.clear()
+        if len(self._learnt) > _TEXTS_KEPT:
+            self._learnt.clear()
+        learnt = self._learnt
+        fresh = {digest: text for text in texts if (digest := _digest(text)) not in learnt}
+        if not fresh:
+            return
+        text = "\n".join(fresh.values())
+        if text.isascii():  # pieces are runs of letters and digits
+            pieces = set(_ASCII_PIECE.findall(text.lower()))
         else:
-            pieces = {p for p in _pieces(text) if p[:1] in firsts or not p.isascii()}
-        self._tokenise(list(pieces - self._pieces.keys()))
+            pieces = set(_pieces(text))
+        self._tokenise([p for p in pieces - self._pieces.keys() if not (p.isascii() and p.isdigit())])
+        learnt.update(fresh)
 
     def _tokenise(self, pieces: list[str]) -> None:
         """Learn the FTS5 tokens of ``pieces`` (``porter unicode61``, by FTS5 itself)."""
@@ -358,7 +374,7 @@ class _Frequencies:
     """Counts, for one query's phrases, their occurrences in texts as FTS5 counts its instances."""
 
     def __init__(self, search: PrunedText, phrases: list[tuple[str, ...]], texts: list[str]) -> None:
-        search.learn(texts, {t[:1] for p in phrases for t in p})
+        search.learn(texts)
         self._known = search._pieces
         self._multi = [(i, p) for i, p in enumerate(phrases) if len(p) > 1]
         self.plain = not self._multi  # no phrase of several tokens: ASCII text needs the pattern alone
@@ -366,7 +382,10 @@ class _Frequencies:
         self.where: dict[str, list[tuple[int, int]]] = {}
         for i, phrase in enumerate(phrases):
             if len(phrase) == 1:
-                for piece, n in search._surface.get(phrase[0], {}).items():
+                surface = search._surface.get(phrase[0], {})
+                if phrase[0].isascii() and phrase[0].isdigit():  # its own piece, learnt or not (see learn)
+                    surface = {**surface, phrase[0]: 1}
+                for piece, n in surface.items():
                     self.where.setdefault(piece, []).append((i, n))
         forms = sorted((p for p in self.where if p.isascii()), key=lambda p: (-len(p), p))
         # in ASCII text a piece is a run of letters and digits: whole pieces found by one regular expression
@@ -386,8 +405,10 @@ class _Frequencies:
             for piece in split:
                 for i, n in where.get(piece, ()):
                     freq[base + i] += weight * n
-        if self._multi:  # phrases: consecutive tokens (an unlearnt ASCII piece is one token, none of theirs)
-            tokens = [t for piece in (split if split is not None else _pieces(text)) for t in self._known.get(piece, ("",))]
+        if self._multi:  # phrases: consecutive tokens (an unlearnt piece is digits, its own token: see learn)
+            known = self._known
+            pieces = split if split is not None else _pieces(text)
+            tokens = [t for piece in pieces for t in (known[piece] if piece in known else (piece,))]
             for i, phrase in self._multi:
                 size = len(phrase)
                 for start in range(len(tokens) - size + 1):
@@ -400,6 +421,10 @@ def _pieces(text: str) -> list[str]:
     if text.isascii():
         return [p for p in _SEPARATORS.split(text.lower()) if p]
     return [p.lower() if p.isascii() else p for p in _SEPARATORS.split(text) if p]
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _phrase(term: str) -> str:
