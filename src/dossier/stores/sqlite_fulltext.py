@@ -44,8 +44,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from .sqlite_schema import SLOT_BITS
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
@@ -286,6 +284,8 @@ class PrunedText:
                     freqs[base + i] += weight * n
         # bm25(): the same operations in the same order, a row at a time in each array's lanes (a phrase
         # absent from a row adds exactly 0.0)
+        import numpy as np  # here, not at the top: the store commands of the CLI open a store without numpy
+
         k1, b, average = _K1, _B, stats.average_length
         lengths = np.fromiter((_size(bytes.fromhex(s)) for s in sizes), dtype=np.float64, count=rows)
         norm = k1 * (1 - b + b * lengths / average)
