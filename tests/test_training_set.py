@@ -75,7 +75,8 @@ SPECS = {
         shared_title="Hotel Cancellation Policy",
     ),
     "birch": Spec(
-        org="birch", other_org="rowan", readme_start="## Birchwood Lettings: a third training set", readme_end=None,
+        org="birch", other_org="rowan", readme_start="## Birchwood Lettings: a third training set",
+        readme_end="## Quillfield Health: a fourth training set",
         categories={
             "paraphrase": 25, "direct": 13, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
             "memory": 7, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
@@ -90,6 +91,22 @@ SPECS = {
         tombstone="rec-dominic", merged=("rec-megan-old", "rec-megan"),
         shared_email="amara.osei@hollisproperty.co.uk", shared_website="hollisproperty.co.uk",
         shared_title="Rent Arrears Procedure",
+    ),
+    "quill": Spec(
+        org="quill", other_org="sorrel", readme_start="## Quillfield Health: a fourth training set", readme_end=None,
+        categories={
+            "paraphrase": 22, "direct": 12, "discovery": 14, "sibling": 14, "brief": 14, "unanswerable": 9,
+            "memory": 7, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
+        },
+        siblings=(
+            ("Ontario Patient Cancellation Policy", "Patient Cancellation Policy"),
+            ("California Patient Cancellation Policy", "Patient Cancellation Policy"),
+            ("California Workers' Compensation Claims Procedure", "Workers' Compensation Claims Procedure"),
+            ("Telehealth Session Procedure", "In-Clinic Session Procedure"),
+        ),
+        tombstone="rec-wesley", merged=("rec-marc-old", "rec-marc"),
+        shared_email="dana.whitfield@ridgelinefreight.com", shared_website="ridgelinefreight.com",
+        shared_title="Patient Billing and Self-Pay Policy",
     ),
 }  # fmt: skip
 SETS = sorted(path.name.removesuffix("-questions.json") for path in TRAINING.glob("*-questions.json"))
