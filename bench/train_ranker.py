@@ -3,7 +3,7 @@
 Reproduce (from the repository root, after `pip install -e ".[train]"`; the external sets are read-only
 in ../shared/data, or --data DIR, or $DOSSIER_SHARED_DATA):
 
-    python bench/train_ranker.py --training-sets harbor,cedar --adapter-without-training-sets \
+    python bench/train_ranker.py --training-sets harbor,cedar,quill --adapter-without-training-sets \
         --section-objective listwise --policyqa-weight 0.25 --write
                                                 # the shipped fit: print train / held-out, write providers/data/
     python bench/train_ranker.py                # PolicyQA, LoCoMo and the project set alone, without writing
@@ -19,8 +19,9 @@ Splits (fixed, by unit, never by question):
 * with --with-training-sets, also the training sets (examples/training/*-questions.json), or with
   --training-sets NAMES only those: every question trains, none is measured. The shipped models: the
   first command above (the rankers and thresholds see
-  Harbor Line and Cedar & Stone, the section adapter does not; Birchwood Lettings is the validation set
-  that chose this fit, the section ranker's listwise objective and PolicyQA's weight; docs/evaluation.md).
+  Harbor Line, Cedar & Stone and Quillfield Health, the section adapter does not; Birchwood Lettings is the
+  validation set that chose this fit, the section ranker's listwise objective and PolicyQA's weight;
+  docs/evaluation.md).
 The handbook set (examples/handbook) is never read here: it is a test set only.
 
 Section examples are the candidates that reach selection in a real call (fetch mode for PolicyQA,
@@ -250,7 +251,7 @@ def main() -> int:
     parser.add_argument("--with-training-sets", action="store_true",
                         help="also train on examples/training (not how the shipped models were fitted: docs/evaluation.md)")
     parser.add_argument("--training-sets", metavar="NAMES",
-                        help="with --with-training-sets, only these sets (comma-separated names, e.g. harbor,cedar); default all")
+                        help="with --with-training-sets, only these sets (comma-separated names, e.g. harbor,cedar,quill); default all")
     parser.add_argument("--adapter-without-training-sets", action="store_true",
                         help="fit the section adapter on PolicyQA and the project set only, the training sets feeding the rankers alone")
     parser.add_argument("--out", metavar="DIR",
