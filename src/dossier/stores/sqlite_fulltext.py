@@ -341,13 +341,13 @@ class PrunedText:
             pieces = set(_ASCII_PIECE.findall(text.lower()))
         else:
             pieces = set(_pieces(text))
-        self._tokenise([p for p in pieces - self._pieces.keys() if not (p.isascii() and p.isdigit())])
+        self._tokenise([p for p in pieces - self._pieces.keys() if not _digits(p)])
         learnt.update(fresh)
 
     def _tokenise(self, pieces: list[str]) -> None:
         """Learn the FTS5 tokens of ``pieces`` (``porter unicode61``, by FTS5 itself)."""
-        todo = [p for p in pieces if not (p.isascii() and p.isdigit())]
-        learnt: list[tuple[str, tuple[str, ...]]] = [(p, (p,)) for p in pieces if p.isascii() and p.isdigit()]  # digits: themselves
+        todo = [p for p in pieces if not _digits(p)]
+        learnt: list[tuple[str, tuple[str, ...]]] = [(p, (p,)) for p in pieces if _digits(p)]  # digits: themselves
         if todo and not self._scratch:
             self._query(
                 "CREATE VIRTUAL TABLE IF NOT EXISTS temp.dossier_tokens "
@@ -383,7 +383,7 @@ class _Frequencies:
         for i, phrase in enumerate(phrases):
             if len(phrase) == 1:
                 surface = search._surface.get(phrase[0], {})
-                if phrase[0].isascii() and phrase[0].isdigit():  # its own piece, learnt or not (see learn)
+                if _digits(phrase[0]):  # its own piece, learnt or not (see learn)
                     surface = {**surface, phrase[0]: 1}
                 for piece, n in surface.items():
                     self.where.setdefault(piece, []).append((i, n))
@@ -421,6 +421,11 @@ def _pieces(text: str) -> list[str]:
     if text.isascii():
         return [p for p in _SEPARATORS.split(text.lower()) if p]
     return [p.lower() if p.isascii() else p for p in _SEPARATORS.split(text) if p]
+
+
+def _digits(piece: str) -> bool:
+    """A run of ASCII digits: unicode61 keeps it whole and porter leaves it as it is, so it is its own token."""
+    return piece.isascii() and piece.isdigit()
 
 
 def _digest(text: str) -> bytes:
