@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -91,22 +92,28 @@ class Timers:
     def __init__(self, engine: dossier.Engine) -> None:
         self.current: dict[str, float] = defaultdict(float)
         self._saved: list[tuple[object, str]] = []
+        self._local = threading.local()  # whether this thread is inside a timed method
         embedder, store = engine.embedder, engine.store
         self._wrap(embedder, "embed_query", lambda *a, **k: ["embed"])
         self._wrap(store, "search_vectors", lambda kind, *a, **k: ["vector", f"vector:{kind}"])
+        self._wrap(store, "search_vectors_many", lambda kind, *a, **k: ["vector", f"vector:{kind}"])
         self._wrap(store, "search_text", lambda kind, *a, **k: ["fulltext", f"fulltext:{kind}"])
         self._wrap(store, "recent_memories", lambda *a, **k: ["recent"])
 
     def _wrap(self, obj, name, keys) -> None:  # type: ignore[no-untyped-def]
         inner = getattr(obj, name)
-        current = self.current
+        current, local = self.current, self._local
 
         def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if getattr(local, "inside", False):  # called by another timed method (a store's search_vectors_many): counted there
+                return inner(*args, **kwargs)
+            local.inside = True
             started = time.perf_counter()
             try:
                 return inner(*args, **kwargs)
             finally:
                 took = (time.perf_counter() - started) * 1000
+                local.inside = False
                 for key in keys(*args, **kwargs):
                     current[key] += took
                     current[f"{key}#"] += 1  # calls

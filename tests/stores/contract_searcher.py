@@ -17,6 +17,7 @@ _VECTOR = np.zeros(384, dtype=np.float32)
 SEARCHER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
     "search_text": lambda s, org: s.search_text("section", "discount", org=org, limit=5),
     "search_vectors": lambda s, org: s.search_vectors("section", _VECTOR, org=org, limit=5),
+    "search_vectors_many": lambda s, org: s.search_vectors_many("section", [_VECTOR, _VECTOR], org=org, limit=5),
 }
 
 class SearcherContract:
@@ -109,6 +110,19 @@ class SearcherContract:
         assert len(store.search_vectors("section", query, org="acme", limit=1, parents=["d-education", "d-refunds"])) == 1
         assert store.search_vectors("section", query, org="acme", limit=10, parents=[]) == []
         assert store.search_vectors("memory", query, org="acme", limit=10, parents=["r-nobody"]) == []
+
+    def test_search_vectors_many_answers_what_search_vectors_answers_for_each(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder)
+        queries = [embedder.embed_query(q) for q in ("discount", "invoice schedule", "education course")]
+        for kind, parents in (("section", None), ("section", ["d-education", "d-refunds"]), ("memory", ["r-jane"]),
+                              ("memory", None), ("property", None)):  # fmt: skip
+            many = store.search_vectors_many(kind, queries, org="acme", limit=3, parents=parents)
+            assert many == [store.search_vectors(kind, q, org="acme", limit=3, parents=parents) for q in queries]
+            assert all(many)  # the world has rows of each kind there
+        assert store.search_vectors_many("section", queries, org="acme", limit=0) == [[], [], []]
+        assert store.search_vectors_many("section", queries, org="acme", limit=5, parents=[]) == [[], [], []]
+        assert store.search_vectors_many("section", [], org="acme", limit=5) == []
+        assert store.search_vectors_many("section", queries[:2], org="other", limit=5) == [[], []]  # another org's rows: none
 
     def test_search_vectors_on_an_empty_org(self, store: Store, embedder: Any) -> None:
         assert store.search_vectors("section", embedder.embed_query("anything"), org="acme", limit=5) == []

@@ -106,6 +106,29 @@ def test_a_parent_holding_many_rows_searches_the_index_and_finds_its_own_rows(lo
         store.close()
 
 
+def test_queries_searched_together_answer_what_each_alone_answers(loaded: tuple[Path, np.ndarray]) -> None:
+    """search_vectors_many asks the index for all its queries at once (several threads): the same hits,
+    org-wide and among parents, before and after rows changed since the file was written."""
+    path, matrix = loaded
+    store = open_store(path, ann_min_rows=200)
+    try:
+        def check() -> None:
+            for row in range(0, 1000, 97):
+                queries = [matrix[row] + 0.05 * clustered(1, seed=row)[0], matrix[(row * 7) % 1000], matrix[999 - row]]
+                for parents in (None, ["p1"], ["p0", "p2"]):
+                    many = store.search_vectors_many("memory", queries, org="acme", limit=10, parents=parents)
+                    alone = [store.search_vectors("memory", q, org="acme", limit=10, parents=parents) for q in queries]
+                    assert many == alone and all(len(hits) == 10 for hits in many)
+
+        check()
+        assert store.ann.builds == 0  # the saved index answered
+        fresh = clustered(40, seed=99)
+        store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(0, 400, 10)], fresh)))  # changed rows
+        check()
+    finally:
+        store.close()
+
+
 def test_a_write_through_another_connection_is_seen_without_a_rebuild(loaded: tuple[Path, np.ndarray]) -> None:
     path, matrix = loaded
     reader, writer = open_store(path), open_store(path)

@@ -26,7 +26,7 @@ from ..pipeline.features import MEMORY_FEATURES, SECTION_FEATURES, memory_featur
 from ..layers.sections import Decision, section_rows
 from ..providers.ranker import FORMAT, LinearRanker, parse
 from ..retrieve import PIPELINE, parse_request
-from ..sources.memories import adapted_search, memory_evidence
+from ..sources.memories import memory_evidence, memory_searches
 
 DEFAULT_REQUEST = {"mode": "brief", "budget": {"totalTokens": 8000}}
 C_GRID = (0.03, 0.1, 0.3, 1.0)
@@ -87,11 +87,9 @@ def memory_example(engine: Any, *, org: str, record_ids: Sequence[str], question
     """The memory ranker's candidates for ``question`` over ``record_ids``: the vector and full-text
     searches' best ``pool`` each, as tier 2 sees them."""
     vector = engine.embed_query(question)
-    semantic = engine.store.search_vectors("memory", vector, org=org, parents=list(record_ids), limit=pool)
+    semantic, adapted = memory_searches(engine.store, engine.embedder, vector, org=org, record_ids=list(record_ids), pool=pool)
     lexical = engine.store.search_text("memory", question, org=org, parents=list(record_ids), limit=pool)
-    adapted = adapted_search(engine.store, engine.embedder, vector, org=org, record_ids=list(record_ids), pool=pool,
-                             semantic=semantic)  # fmt: skip
-    ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical] + [h.id for h in adapted]))
+    ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical] + [h.id for h in adapted or []]))
     found = {m.id: m for m in engine.store.get_memories(ids, org=org)}
     evidence = memory_evidence(question, semantic, lexical, found, adapted)
     wanted = set(gold)

@@ -91,7 +91,10 @@ class MemoriesSource:
             found.decide("memories", detail={"ranker": "heuristic", "ranker_fallback": str(exc)})
         wanted = settings.semantic_memories + len(tier1)
         pool = max(wanted, settings.memory_candidates) if ranker is not None else wanted
-        hits = store.search_vectors("memory", vector, org=org, parents=record_ids, limit=pool)
+        if ranker is None:
+            hits, adapted = store.search_vectors("memory", vector, org=org, parents=record_ids, limit=pool), None
+        else:
+            hits, adapted = memory_searches(store, tools.embedder(), vector, org=org, record_ids=record_ids, pool=pool)
         recent = {m.id: m for m in tier1}
         cosine = {h.id: h.score for h in hits}
         for memory_id, score in cosine.items():
@@ -108,11 +111,9 @@ class MemoriesSource:
             chosen = self._fused(query, tools, found, [h for h in hits if h.id not in recent], lexical)
             kept = {m.id: m for m in store.get_memories(chosen, org=org)}
         else:
-            found.decide("memories", detail={"ranker": ranker.name})
-            adapted = adapted_search(store, tools.embedder(), vector, org=org, record_ids=record_ids, pool=pool,
-                                     semantic=hits)  # fmt: skip
-            found.decide("memories", detail={"adapter": "memories" if adapted is not hits else "none"})
-            chosen, lead, kept = self._ranked(query, tools, found, ranker, text, hits, list(words or []), adapted, set(recent))
+            found.decide("memories", detail={"ranker": ranker.name, "adapter": "none" if adapted is None else "memories"})
+            chosen, lead, kept = self._ranked(query, tools, found, ranker, text, hits, list(words or []),
+                                              hits if adapted is None else adapted, set(recent))  # fmt: skip
         out = []
         for memory_id in chosen:
             m = kept.get(memory_id)
@@ -162,15 +163,18 @@ class MemoriesSource:
         return chosen, lead, memories
 
 
-def adapted_search(store: Store, embedder: Embedder, vector: np.ndarray, *, org: str, record_ids: list[str], pool: int,
-                   semantic: list[Hit]) -> list[Hit]:  # fmt: skip
-    """The record's memories closest to the adapted query (:mod:`dossier.providers.adapter`); where no
-    adapter fits the embedding model, the plain vector hits themselves (what the identity adapter gives)."""
+def memory_searches(store: Store, embedder: Embedder, vector: np.ndarray, *, org: str, record_ids: list[str],
+                    pool: int) -> tuple[list[Hit], list[Hit] | None]:  # fmt: skip
+    """The record's memories closest to the question's vector and, where an adapter fits the embedding
+    model (:mod:`dossier.providers.adapter`), to the adapted vector, searched together (None: no adapter;
+    the identity adapter would give the plain hits)."""
     try:
         adapter = adapters.load("memories", embedder.model_id, embedder.dimensions)
     except adapters.AdapterUnavailable:
-        return semantic
-    return store.search_vectors("memory", adapter.apply(vector), org=org, parents=record_ids, limit=pool)
+        return store.search_vectors("memory", vector, org=org, parents=record_ids, limit=pool), None
+    plain, adapted = store.search_vectors_many("memory", [vector, adapter.apply(vector)], org=org, parents=record_ids,
+                                               limit=pool)  # fmt: skip
+    return plain, adapted
 
 
 def memory_evidence(query: str, semantic: list[Hit], lexical: list[Hit], found: Mapping[str, Memory],

@@ -212,6 +212,12 @@ class StoreSearcher(Protocol):
     ) -> list[Hit]:
         """Nearest neighbours by cosine similarity, optionally only among children of ``parents``."""
 
+    def search_vectors_many(
+        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[list[Hit]]:
+        """:meth:`search_vectors` for each of ``vectors``, the same hits, in one pass where the store can
+        (the memories source asks with the question's vector and its adapted one)."""
+
 
 @runtime_checkable
 class StoreWriter(Protocol):

@@ -518,6 +518,12 @@ class PostgresStore:
             )
         return [Hit(id=r[0], parent=r[1], score=1.0 - float(r[2])) for r in rows]
 
+    def search_vectors_many(
+        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[list[Hit]]:
+        require_org(org, "search_vectors_many")
+        return [self.search_vectors(kind, v, org=org, limit=limit, parents=parents) for v in vectors]
+
     def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
         require_org(org, "recent_memories")
         if not record_ids or limit <= 0:

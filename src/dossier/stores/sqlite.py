@@ -524,6 +524,16 @@ class SQLiteStore:
             raise StoreError(f"SQLite query failed: {exc}") from exc
         return [Hit(id=k, parent=p, score=s) for k, p, s in found]
 
+    def search_vectors_many(
+        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None
+    ) -> list[list[Hit]]:
+        require_org(org, "search_vectors_many")
+        try:
+            found = self._vectors.search_many(kind, org, list(vectors), limit, parents)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"SQLite query failed: {exc}") from exc
+        return [[Hit(id=k, parent=p, score=s) for k, p, s in rows] for rows in found]
+
     def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
         require_org(org, "recent_memories")
         if not record_ids or limit <= 0:

@@ -71,36 +71,55 @@ class SQLiteVectors:
         self.ann.close()
 
     def search(self, kind: str, org: str, vector: np.ndarray, limit: int, parents: Sequence[str] | None) -> Found:
+        return self.search_many(kind, org, [vector], limit, parents)[0]
+
+    def search_many(self, kind: str, org: str, vectors: Sequence[np.ndarray], limit: int,
+                    parents: Sequence[str] | None) -> list[Found]:  # fmt: skip
+        """:meth:`search` for each of ``vectors``, the same answers; an ANN index is searched for all of
+        them at once."""
         if limit <= 0 or (parents is not None and not parents):
-            return []
-        query = np.asarray(vector, dtype=np.float32)
+            return [[] for _ in vectors]
+        queries = [np.asarray(v, dtype=np.float32) for v in vectors]
         with self._lock:
             self._current(org)
             if parents is None:
                 rows = self._count(org, kind, None)
                 if rows >= self.hnsw_min_rows and limit * 4 < rows:  # a quarter of the rows or more: a scan is exact and as cheap
-                    return self._ann_search(kind, org, query, limit, None, 1.0) or []
-                return self._index(kind, org).search(query, limit)
+                    return [found or [] for found in self._ann_search(kind, org, queries, limit, None, 1.0)]
+                index = self._index(kind, org)
+                return [index.search(q, limit) for q in queries]
+            answers: list[Found | None] = [None] * len(queries)
             held = sum(self._count(org, kind, p) for p in set(parents))
             if held >= self.ann_min_rows and limit * 4 < held and held * _MIN_SHARE >= self._count(org, kind, None):
-                found = self._ann_search(kind, org, query, limit, set(parents), held / max(1, self._count(org, kind, None)))
-                if found is not None:
-                    return found
+                answers = self._ann_search(kind, org, queries, limit, set(parents), held / max(1, self._count(org, kind, None)))
+            if all(found is not None for found in answers):
+                return [found or [] for found in answers]
             keys, owners, blocks = self._vectors_of(kind, org, parents)
-        return exact_search_blocks(keys, owners, blocks, query, limit)
+        return [found if found is not None else exact_search_blocks(keys, owners, blocks, q, limit)
+                for found, q in zip(answers, queries)]  # fmt: skip
 
     def after_write(self, org: str, kind: str) -> None:
         """Keep the ANN index of (org, kind) in step with a write just committed (see AnnIndexes)."""
         self.ann.after_write(org, kind, build_from=min(self.ann_min_rows, self.hnsw_min_rows))
 
     # -- the ANN index --------------------------------------------------------------------------------
-    def _ann_search(self, kind: str, org: str, query: np.ndarray, limit: int, parents: set[str] | None,
-                    share: float) -> Found | None:  # fmt: skip
+    def _ann_search(self, kind: str, org: str, queries: list[np.ndarray], limit: int, parents: set[str] | None,
+                    share: float) -> list[Found | None]:  # fmt: skip
+        """Each query's best ``limit`` rows by the ANN index (None: too few among ``parents``)."""
         index = self.ann.get(org, kind)
         size = len(index)
         fetch = min(size, limit if parents is None else max(2 * limit, math.ceil(2 * limit / share)))
+        first = index.nearest_many(queries, fetch)
+        if len(first) > 1:  # the keys and parents of all of them in one read
+            self._rows_of(org, kind, list(dict.fromkeys(label for labels in first for label in labels)), index.seq)
+        return [self._ann_hits(kind, org, index, q, labels, fetch, limit, parents) for q, labels in zip(queries, first)]
+
+    def _ann_hits(self, kind: str, org: str, index: Any, query: np.ndarray, labels: list[int], fetch: int, limit: int,
+                  parents: set[str] | None) -> Found | None:  # fmt: skip
+        """The best ``limit`` rows of (org, kind) among ``parents`` from the ANN index's ``labels`` nearest
+        ``query`` (``fetch`` of them asked), asking for more while too few are left."""
+        size = len(index)
         while True:
-            labels = index.nearest(query, fetch)
             rows = self._rows_of(org, kind, labels, index.seq)  # rows deleted since, or of another org or kind, drop out
             hits = [(label, *rows[label]) for label in labels if label in rows and (parents is None or rows[label][1] in parents)]
             if len(hits) >= limit or fetch >= size:
@@ -108,6 +127,7 @@ class SQLiteVectors:
             if parents is not None and fetch >= _MAX_FETCH:
                 return None
             fetch = min(size, fetch * 4)
+            labels = index.nearest(query, fetch)
         if not hits:
             return []
         sims = index.vectors([h[0] for h in hits]) @ query
