@@ -53,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections import defaultdict
@@ -297,14 +298,20 @@ class StepTimer:
 
     def __init__(self, store: Any) -> None:
         self.spent: dict[str, float] = defaultdict(float)
-        for name in ("search_vectors", "search_text", "recent_memories", "edges_around"):
+        local = threading.local()  # whether this thread is inside a timed method (counted there)
+        for name in ("search_vectors", "search_vectors_many", "search_text", "recent_memories", "edges_around"):
             inner = getattr(store, name)
+            step = "search_vectors" if name == "search_vectors_many" else name
 
-            def wrapped(*a: Any, _inner=inner, _name=name, **k: Any) -> Any:  # type: ignore[no-untyped-def]
+            def wrapped(*a: Any, _inner=inner, _name=step, **k: Any) -> Any:  # type: ignore[no-untyped-def]
+                if getattr(local, "inside", False):  # PostgreSQL's search_vectors_many calls search_vectors
+                    return _inner(*a, **k)
+                local.inside = True
                 t = time.perf_counter()
                 try:
                     return _inner(*a, **k)
                 finally:
+                    local.inside = False
                     self.spent[_name] += (time.perf_counter() - t) * 1000
 
             setattr(store, name, wrapped)

@@ -124,6 +124,24 @@ class SearcherContract:
         assert store.search_vectors_many("section", [], org="acme", limit=5) == []
         assert store.search_vectors_many("section", queries[:2], org="other", limit=5) == [[], []]  # another org's rows: none
 
+    def test_search_vectors_many_breaks_ties_as_search_vectors_does(self, store: Store, embedder: Any) -> None:
+        """Memories with one text share one vector: each query's hits are those search_vectors gives, in its order."""
+        org = "acme"
+        ties = [_memory(org, f"m-tie-{n:02d}", "r-jane" if n % 3 else "r-bob", "Renewal quote sent for the forklift fleet.",
+                        "2024-04-01T00:00:00+00:00") for n in range(30, 0, -1)]  # fmt: skip
+        store.write(make_batch(embedder, orgs=[Org(id=org)], records=[_contact(org, "r-jane"), _contact(org, "r-bob")],
+                               memories=ties))  # fmt: skip
+        queries = [embedder.embed_query(q) for q in ("forklift renewal", "quote for the fleet")]
+        for parents in (["r-jane"], ["r-jane", "r-bob"]):
+            for limit in (1, 7, 40):
+                many = store.search_vectors_many("memory", queries, org=org, limit=limit, parents=parents)
+                alone = [store.search_vectors("memory", q, org=org, limit=limit, parents=parents) for q in queries]
+                assert many == alone
+                held = {m.id for m in ties if m.record in parents}
+                for hits in many:  # best first, equal scores by id; each of the parents' rows, up to the limit
+                    assert [(-h.score, h.id) for h in hits] == sorted((-h.score, h.id) for h in hits)
+                    assert len(hits) == min(limit, len(held)) and {h.id for h in hits} <= held
+
     def test_search_vectors_on_an_empty_org(self, store: Store, embedder: Any) -> None:
         assert store.search_vectors("section", embedder.embed_query("anything"), org="acme", limit=5) == []
 

@@ -522,7 +522,26 @@ class PostgresStore:
         self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None
     ) -> list[list[Hit]]:
         require_org(org, "search_vectors_many")
-        return [self.search_vectors(kind, v, org=org, limit=limit, parents=parents) for v in vectors]
+        if parents is None or not parents or len(vectors) < 2 or limit <= 0 or kind not in VECTOR_KINDS:
+            return [self.search_vectors(kind, v, org=org, limit=limit, parents=parents) for v in vectors]
+        # among parents: their rows are read once and each query's distances computed in the same scan
+        # (search_vectors reads them once per query), then each query's best, ordered as search_vectors orders
+        queries = [np.asarray(v, dtype=np.float32) for v in vectors]
+        distances = ", ".join(f"v.embedding <=> %b AS d{i}" for i in range(len(queries)))
+        best = " UNION ALL ".join(
+            f"(SELECT {i} AS q, key, parent, d{i} AS d, row_number() OVER (ORDER BY d{i}, key) AS r FROM c ORDER BY d{i}, key LIMIT %b)"
+            for i in range(len(queries))
+        )
+        rows = self._query(
+            org,
+            f"WITH c AS MATERIALIZED (SELECT v.key, v.parent, {distances} FROM unnest(%b::text[]) p(id) JOIN vectors v "
+            f"ON v.org = %b AND v.kind = %b AND v.parent = p.id COLLATE \"C\") SELECT q, key, parent, d FROM ({best}) s ORDER BY q, r",
+            [*queries, list(dict.fromkeys(parents)), org, kind, *[int(limit)] * len(queries)],
+        )
+        out: list[list[Hit]] = [[] for _ in queries]
+        for i, key, parent, d in rows:
+            out[i].append(Hit(id=key, parent=parent, score=1.0 - float(d)))
+        return out
 
     def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
         require_org(org, "recent_memories")
