@@ -34,7 +34,8 @@ def test_lexical_only_candidate_survives_fusion_and_skips_the_clear_winner(fresh
 
 
 def test_recent_tier_survives_a_failing_semantic_tier(fresh_engine: dossier.Engine) -> None:
-    fresh_engine.store = FaultyStore(fresh_engine.store, {"search_vectors": kind_is("memory", parents=True)})  # type: ignore[assignment]
+    failing = kind_is("memory", parents=True)  # the record's memory vectors, asked alone or with the adapted vector
+    fresh_engine.store = FaultyStore(fresh_engine.store, {"search_vectors": failing, "search_vectors_many": failing})  # type: ignore[assignment]
     response = fresh_engine.retrieve(
         {"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "annual prepay discount", "budget": {"totalTokens": 50_000}},
         org="northwind", caller="ana",

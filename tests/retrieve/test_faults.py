@@ -32,7 +32,7 @@ def healthy(sample_engine: dossier.Engine) -> dossier.RetrieveResponse:
 @pytest.mark.parametrize(
     ("operation", "check", "broken", "status", "route_fallback"),
     [
-        ("search_vectors", kind_is("memory", parents=True), "memories", "ok", "semantic_error"),
+        ("search_vectors_many", kind_is("memory", parents=True), "memories", "ok", "semantic_error"),
         ("search_vectors", kind_is("section", parents=False), "documents", "ok", "vector_error"),
         ("search_text", kind_is("section"), "documents", "ok", "lexical_error"),
         ("edges_around", always, "graph", "error", None),

@@ -33,7 +33,7 @@ MESSAGES = [
 FETCH_IDS = ["doc-pricing", "b-doc-pricing", "doc-redlines", "doc-commission", "doc-battlecard", "doc-sys-agent",
              "doc-note-george", "doc-note-acme", "doc-note-globex", "doc-refund", "missing-doc"]  # fmt: skip
 FAULTS = {
-    "semantic": ("search_vectors", kind_is("memory", parents=True)),
+    "semantic": ("search_vectors_many", kind_is("memory", parents=True)),  # the question's and the adapted vector
     "vector": ("search_vectors", kind_is("section", parents=False)),
     "text": ("search_text", kind_is("section")),
     "aliases": ("records_by_domain", lambda *a, **k: True),
