@@ -277,7 +277,7 @@ def open_store(kind: str, level: int, args: argparse.Namespace):  # type: ignore
         for suffix in ("", "-wal", "-shm"):
             if not args.measure_only:
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
-        return SQLiteStore(path)
+        return SQLiteStore(path, hnsw_min_rows=args.hnsw_min_rows)
     from dossier.stores.postgres import PostgresStore
 
     if args.measure_only:
@@ -493,6 +493,8 @@ def main() -> None:
     parser.add_argument("--report", default="bench-scale.json")
     parser.add_argument("--measure-only", action="store_true", help="measure stores loaded by an earlier run (no load)")
     parser.add_argument("--load-only", action="store_true", help="load the stores and stop (measure later with --measure-only)")
+    parser.add_argument("--hnsw-min-rows", type=int, default=200_000,
+                        help="SQLite: org-wide searches of a kind with this many vectors ask the ANN index (exact below)")
     parser.add_argument("--memory-pool", type=int, default=MEMORY_POOL, help="distinct memory texts")
     parser.add_argument("--titles", type=int, default=TITLES, help=f"document titles ({SECTIONS_PER_TITLE} distinct sections each)")
     parser.add_argument("--jitter", type=float, default=0.0,

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .stores.base import HNSW_MIN_ROWS
+
 
 @dataclass(frozen=True, kw_only=True)
 class Thresholds:
@@ -115,7 +117,7 @@ class Settings:
     max_budget_bytes: int = 50_000
     max_fetch_ids: int = 20
     # storage
-    hnsw_min_rows: int = 200_000  # exact numpy search below this many vectors per org and kind
+    hnsw_min_rows: int = HNSW_MIN_ROWS  # SQLite: exact numpy search below this many vectors per org and kind
     embed_batch_size: int = 16
     # a call's deadline (milliseconds) when the request gives no deadline_ms (docs/retrieve.md, Deadline)
     deadline_ms: int = 10_000

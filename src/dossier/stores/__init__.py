@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, MissingExtra
+from .base import HNSW_MIN_ROWS
 
 if TYPE_CHECKING:
     from .base import Store
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 DEFAULT_URL = "sqlite:///dossier.db"
 
 
-def store_from_url(url: str | None, *, hnsw_min_rows: int = 200_000) -> Store:
+def store_from_url(url: str | None, *, hnsw_min_rows: int = HNSW_MIN_ROWS) -> Store:
     """``sqlite:///relative.db``, ``sqlite:////absolute.db``, ``sqlite://:memory:`` or ``postgresql://...``."""
     url = url or DEFAULT_URL
     if url.startswith("sqlite://"):

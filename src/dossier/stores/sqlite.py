@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
-from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
+from .base import HNSW_MIN_ROWS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
 from .fulltext import fts5_query, terms
 from .sqlite_connect import connect
 from .sqlite_fulltext import PrunedText
@@ -43,7 +43,7 @@ class SQLiteStore:
         self,
         path: str | Path,
         *,
-        hnsw_min_rows: int = 200_000,
+        hnsw_min_rows: int = HNSW_MIN_ROWS,
         ann_min_rows: int = 5_000,
         ann_compact_after: int = 5_000,
         vector_cache_bytes: int = 256 << 20,
