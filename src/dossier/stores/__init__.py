@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, MissingExtra
-from .base import HNSW_MIN_ROWS
+from ..settings import HNSW_MIN_ROWS
 
 if TYPE_CHECKING:
     from .base import Store

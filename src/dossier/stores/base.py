@@ -27,13 +27,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Literal, Protocol, Sequenc
 
 from ..errors import OrgRequired
 
-#: From this many vectors of an org and kind, the SQLite store answers an org-wide vector search with its
-#: ANN index (exact numpy search below). Measured on the 2-core machine: an exact search of 50,000 vectors
-#: costs about 3.5 ms, of 100,000 about 7 ms, one ANN search about 2 ms; at 1M memories and 100,000 sections
-#: the ANN index for sections took brief p95 from 157-166 ms to 112-128 ms at recall@10 0.983
-#: (docs/scaling.md). PostgreSQL's own line is ``exact_below``.
-HNSW_MIN_ROWS = 50_000
-
 if TYPE_CHECKING:  # annotations only: importing the protocol loads neither numpy nor the bundle's models
     import numpy as np
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
-from .base import HNSW_MIN_ROWS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
+from ..settings import HNSW_MIN_ROWS
+from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
 from .fulltext import fts5_query, terms
 from .sqlite_connect import connect
 from .sqlite_fulltext import PrunedText
