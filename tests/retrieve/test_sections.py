@@ -178,6 +178,12 @@ def test_region_words_name_the_regions_of_the_places_a_text_names() -> None:
     assert {"middle", "east", "emea"} <= region_words("Our Doha hotel had a no-show")
     assert {"eu", "emea"} <= region_words("a Rotterdam import") and "eu" not in region_words("a customer in Oslo")
     assert "eu" not in region_words("a shipment to London") and "uk" in region_words("a shipment to London")
+    # a large city names its state or province too; a state's generic words ("new") name nothing
+    assert {"ontario", "canada"} <= region_words("a patient in Toronto")
+    assert {"california", "us"} <= region_words("a San Diego patient") and "texa" not in region_words("San Diego")
+    assert "jersey" in region_words("officials in New Jersey") and "new" not in region_words("officials in New Jersey")
+    assert "nsw" in region_words("our Sydney office") and "wales" not in region_words("New South Wales")
+    assert "california" in region_words("she moved to California")
     assert "apac" in region_words("crushed cartons in Singapore")
     assert "us" in region_words("officials in New Jersey") and "latam" in region_words("a trip to South America")
     assert "us" not in region_words("a trip to South America")  # the longest name wins

@@ -4,8 +4,10 @@ A more specific sibling document is named by what its title adds ("EU" in "EU Cu
 "Middle East" in "Middle East Hotel Cancellation Policy"). Questions rarely name the region; they name a
 country or a city ("a Rotterdam import", "our Doha hotel", "a customer in Singapore"). :func:`region_words`
 gives the region words of every place a text names, from a fixed table of countries, the UK's nations, US
-states and large cities: general geography, not words chosen on any question set (a Welsh city names
-"Wales" as well as "UK", so a Wales sibling of a UK policy is named by "Cardiff"). Places whose names are common English
+states, Canadian provinces and large cities: general geography, not words chosen on any question set (a
+Welsh city names "Wales" as well as "UK", so a Wales sibling of a UK policy is named by "Cardiff"; a large
+city of the US, Canada or Australia names its state or province too, so "a patient in Toronto" names an
+Ontario sibling and "San Diego" a California one). Places whose names are common English
 words ("Chad", "Nice", "Reading", "Georgia" the state or the country) are left out.
 """
 
@@ -116,6 +118,34 @@ _CANADIAN_PROVINCES = ("ontario", "quebec", "british columbia", "alberta", "mani
                        "new brunswick", "newfoundland")  # fmt: skip
 
 
+#: The state or province of a large city, where policies often differ by one (a California or Ontario
+#: sibling of a national policy): the city names it as well as the country's regions.
+_CITY_STATES: dict[str, tuple[str, ...]] = {
+    "california": ("los angeles", "san diego", "san jose", "san francisco", "oakland", "sacramento", "long beach"),
+    "new york": ("new york city", "nyc"),
+    "illinois": ("chicago",), "texas": ("houston", "san antonio", "dallas", "austin"),
+    "arizona": ("phoenix",), "pennsylvania": ("philadelphia", "pittsburgh"),
+    "florida": ("jacksonville", "miami", "orlando", "tampa"), "ohio": ("columbus", "cleveland", "cincinnati"),
+    "washington state": ("seattle",), "colorado": ("denver",), "massachusetts": ("boston",),
+    "michigan": ("detroit",), "tennessee": ("nashville", "memphis"), "nevada": ("las vegas",),
+    "maryland": ("baltimore",), "wisconsin": ("milwaukee",), "georgia": ("atlanta", "savannah"),
+    "minnesota": ("minneapolis",), "missouri": ("st louis",), "louisiana": ("new orleans", "baton rouge"),
+    "utah": ("salt lake city",), "new jersey": ("newark", "jersey city"), "north carolina": ("charlotte", "raleigh"),
+    "hawaii": ("honolulu",), "alaska": ("anchorage",),
+    "ontario": ("toronto", "ottawa"), "quebec": ("montreal", "montréal", "quebec city"),
+    "british columbia": ("vancouver",), "alberta": ("calgary", "edmonton"), "manitoba": ("winnipeg",),
+    "nova scotia": ("halifax",),
+    "nsw": ("new south wales", "sydney"), "victoria": ("melbourne",), "queensland": ("brisbane",),
+}
+#: Words of a state's name that name nothing by themselves ("New" of "New Jersey" is no qualifier).
+_GENERIC = frozenset({"new", "north", "south", "west", "east", "city", "state", "island", "british"})
+
+
+def _state_words(state: str) -> tuple[str, ...]:
+    words = tuple(w for w in state.split() if w not in _GENERIC)
+    return words if len(words) < len(state.split()) else (state,)
+
+
 def _table() -> dict[str, tuple[str, ...]]:
     table: dict[str, tuple[str, ...]] = {}
     for group in (_COUNTRIES, _CITIES):
@@ -124,8 +154,12 @@ def _table() -> dict[str, tuple[str, ...]]:
                 table[name] = regions
     table.update({"south america": _LATAM, "latin america": _LATAM, "central america": _LATAM,
                   "north america": ("na", "north", "america", "americas")})  # not the United States alone
-    table.update({state: _US for state in _US_STATES})
-    table.update({province: _CANADA for province in _CANADIAN_PROVINCES})
+    table.update({state: (*_state_words(state), *_US) for state in _US_STATES})
+    table.update({province: (*_state_words(province), *_CANADA) for province in _CANADIAN_PROVINCES})
+    for state, cities in _CITY_STATES.items():
+        for city in cities:
+            table[city] = (*_state_words(state), *table[city])
+    table["new york"] = (*_state_words("new york"), *_US)
     return table
 
 
