@@ -69,6 +69,7 @@ import corpus  # noqa: E402
 
 from dossier.engine import Engine  # noqa: E402
 from dossier.loading import section_text  # noqa: E402
+from dossier.settings import HNSW_MIN_ROWS  # noqa: E402
 from dossier.providers.embeddings import Embedder, OnnxMiniLM  # noqa: E402
 
 ORG = "scale"
@@ -493,8 +494,9 @@ def main() -> None:
     parser.add_argument("--report", default="bench-scale.json")
     parser.add_argument("--measure-only", action="store_true", help="measure stores loaded by an earlier run (no load)")
     parser.add_argument("--load-only", action="store_true", help="load the stores and stop (measure later with --measure-only)")
-    parser.add_argument("--hnsw-min-rows", type=int, default=200_000,
-                        help="SQLite: org-wide searches of a kind with this many vectors ask the ANN index (exact below)")
+    parser.add_argument("--hnsw-min-rows", type=int, default=HNSW_MIN_ROWS,
+                        help="SQLite: org-wide searches of a kind with this many vectors ask the ANN index (exact "
+                             "below; default: the store's own line)")  # fmt: skip
     parser.add_argument("--memory-pool", type=int, default=MEMORY_POOL, help="distinct memory texts")
     parser.add_argument("--titles", type=int, default=TITLES, help=f"document titles ({SECTIONS_PER_TITLE} distinct sections each)")
     parser.add_argument("--jitter", type=float, default=0.0,

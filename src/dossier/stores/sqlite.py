@@ -407,7 +407,9 @@ class SQLiteStore:
             value = normalize(kind, value)
         except ValueError:
             return []  # not an identifier of this kind, so no record has it
-        return self._select_records(f"{kind} IN ({{}})", [value], org, "ORDER BY id")
+        # sorted here: with ORDER BY id SQLite walks the org's records in id order (its primary key) and
+        # tests each one's identifier, 5 ms at 20,000 records, where the identifier's index reads one row
+        return sorted(self._select_records(f"{kind} IN ({{}})", [value], org), key=lambda r: r.id)
 
     def records_by_domain(self, domain: str, *, org: str, limit: int) -> list[Record]:
         require_org(org, "records_by_domain")
@@ -565,24 +567,32 @@ class SQLiteStore:
         include_stubs: bool = False,
     ) -> list[EdgeHop]:
         require_org(org, "edges_around")
-        flags = ("" if include_inactive else " AND e.active = 1") + ("" if include_stubs else " AND e.dst_is_stub = 0")
+        flags = ("" if include_inactive else " AND active = 1") + ("" if include_stubs else " AND dst_is_stub = 0")
 
         def read_hop(frontier: list[str], fetch: int) -> tuple[list[Edge], bool]:
             rows: list[tuple] = []
             complete = True
             for chunk in _chunks(frontier):
                 marks = ",".join("?" * len(chunk))
-                # a UNION of the two index searches: with ``src IN (..) OR dst IN (..)`` SQLite reads every
-                # edge of the org (50 ms at 40,000 edges; 0.2 ms this way)
-                got = self._query(
+                # Two index searches, the second without the edges the first found (so UNION ALL: no temporary
+                # table of every row to drop duplicates); the best ``fetch`` edges are cut before they are
+                # joined to their ends' records (a hub's 1,400 edges: 2 ms instead of 7). When fewer come back
+                # (few edges, or an end pending deletion), the cut may have dropped some: read again uncut.
+                edges = (
+                    f"SELECT {_EDGE_COLUMNS} FROM edges WHERE org = ? AND src IN ({marks}){flags} UNION ALL "
+                    f"SELECT {_EDGE_COLUMNS} FROM edges WHERE org = ? AND dst IN ({marks}) AND src NOT IN ({marks}){flags}"
+                )
+                sql = (
                     "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub FROM ("
-                    f"SELECT {_EDGE_COLUMNS} FROM edges WHERE org = ? AND src IN ({marks}) "
-                    f"UNION SELECT {_EDGE_COLUMNS} FROM edges WHERE org = ? AND dst IN ({marks})) e "
+                    f"SELECT * FROM ({edges}) ORDER BY confidence DESC, weight DESC, id LIMIT ?) e "
                     "JOIN records s ON s.org = e.org AND s.id = e.src AND s.pending_deletion = 0 "
                     "JOIN records d ON d.org = e.org AND d.id = e.dst AND d.pending_deletion = 0 "
-                    f"WHERE 1 = 1{flags} ORDER BY e.confidence DESC, e.weight DESC, e.id LIMIT ?",
-                    [org, *chunk, org, *chunk, fetch],
+                    "ORDER BY e.confidence DESC, e.weight DESC, e.id LIMIT ?"
                 )
+                params = [org, *chunk, org, *chunk, *chunk]
+                got = self._query(sql, [*params, fetch, fetch])
+                if len(got) < fetch:
+                    got = self._query(sql, [*params, -1, fetch])
                 complete = complete and len(got) < fetch
                 rows.extend(got)
             rows.sort(key=lambda r: (-r[6], -r[7], r[1]))  # chunks merged, best first
