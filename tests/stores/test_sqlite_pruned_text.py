@@ -33,7 +33,8 @@ QUESTIONS = [
     "refunds refund refunded invoices",
     "foo_bar deal_stage support",
     "nothing matches xyzzy",
-    "invoice 2024 for 40 seats",  # runs of digits: each its own token, never tokenised ahead (see learn)
+    "invoice 2024 for 40 seats",
+    "pricing-review of the contract renewal",  # a phrase of common words: many rows hold it, more its words apart  # runs of digits: each its own token, never tokenised ahead (see learn)
 ]
 
 

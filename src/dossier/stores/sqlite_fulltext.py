@@ -24,7 +24,9 @@ the table. Among 100,000 memories of one record a typical question matches some 
   surely splits (ASCII punctuation, whitespace) and each piece is turned into tokens by FTS5 itself (a
   scratch table in the connection's temporary database), once per distinct piece per process (a run of
   ASCII digits is its own token and is not looked up); a text whose pieces were all learnt is
-  remembered by a digest and not scanned for new pieces again. The rows' scores are computed for all
+  remembered by a digest and not scanned for new pieces again. In ASCII text (most) the phrases are
+  counted in all candidates' texts at once: each form of a term looked for as a plain string, a phrase
+  of several tokens by a pattern of its pieces. The rows' scores are computed for all
   candidates at once (numpy, the same operations in the same order, so the same bits).
 
 What pruning gives up: a row holding none of the terms that chose the candidates, or one not read
@@ -40,6 +42,7 @@ import hashlib
 import json
 import math
 import re
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -56,6 +59,7 @@ _TEXTS_KEPT = 200_000  # digests of texts whose every piece is known, kept per p
 _SLOTS_PER_READ = 200  # parents' rowid ranges read by one statement (SQLite allows 500 terms in a compound)
 _ARRAY = "json_group_array(%s)"
 _SCOPES_KEPT = 10_000  # scope sizes kept per table while its index is unchanged
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")  # what a piece of lower-cased ASCII text is made of
 _LOOK_AHEAD = 4  # rows read per candidate still wanted from a step of candidates, the shortest kept
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
@@ -258,30 +262,20 @@ class PrunedText:
         weights, count, rows = table.weights, len(found), len(ids)
         frequencies = _Frequencies(self, [self._tokens(t) for t in found], [t or "" for column in texts_of for t in column])
         freqs = [0.0] * (rows * count)  # row r's frequency of phrase i at r * count + i
-        # ASCII texts (most): every whole piece that is a form of a phrase, found by one scan of them all, in
-        # which a NUL marks where the next text begins
+        # ASCII texts (most): every whole piece that is a form of a phrase, found in them all at once (scan)
         plain: list[tuple[int, float]] = []  # (row, column weight) of each text scanned
         texts: list[str] = []
         for column, weight in enumerate(weights):
             for r, text in enumerate(texts_of[column]):
                 if not text:
                     continue
-                if frequencies.plain and text.isascii() and "\x00" not in text:
+                if text.isascii() and "\x00" not in text:
                     plain.append((r * count, weight))
                     texts.append(text)
                 else:
                     frequencies.add(text, weight, freqs, r * count)
-        if plain and frequencies.pattern is not None:
-            where, scan = frequencies.where, re.compile("\x00|" + frequencies.pattern.pattern)
-            at = 0
-            base, weight = plain[0]
-            for piece in scan.findall("\x00".join(texts).lower()):
-                if piece == "\x00":
-                    at += 1
-                    base, weight = plain[at]
-                    continue
-                for i, n in where[piece]:
-                    freqs[base + i] += weight * n
+        if plain:
+            frequencies.scan(texts, plain, freqs)
         # bm25(): the same operations in the same order, a row at a time in each array's lanes (a phrase
         # absent from a row adds exactly 0.0)
         import numpy as np  # here, not at the top: the store commands of the CLI open a store without numpy
@@ -377,7 +371,16 @@ class _Frequencies:
         search.learn(texts)
         self._known = search._pieces
         self._multi = [(i, p) for i, p in enumerate(phrases) if len(p) > 1]
-        self.plain = not self._multi  # no phrase of several tokens: ASCII text needs the pattern alone
+        # In ASCII text every piece is one token: a phrase of several tokens is one of the pieces holding its
+        # first token, then separators, then one holding its second, and so on (every piece of the texts is
+        # known once they are learnt; a run of digits is its own token). No pattern for a phrase with a token
+        # that no piece holds: no text holds the phrase.
+        self.phrases: list[tuple[int, re.Pattern[str]]] = []
+        for i, phrase in self._multi:
+            forms = [sorted({*search._surface.get(t, {}), *((t,) if _digits(t) else ())}) for t in phrase]
+            if all(forms):
+                alternatives = ["(?:" + "|".join(map(re.escape, f)) + ")" for f in forms]
+                self.phrases.append((i, re.compile("[^a-z0-9\x00]+".join(alternatives) + "(?![a-z0-9])")))
         # a piece holding a single-token phrase -> [(phrase, occurrences in the piece)]
         self.where: dict[str, list[tuple[int, int]]] = {}
         for i, phrase in enumerate(phrases):
@@ -387,9 +390,41 @@ class _Frequencies:
                     surface = {**surface, phrase[0]: 1}
                 for piece, n in surface.items():
                     self.where.setdefault(piece, []).append((i, n))
-        forms = sorted((p for p in self.where if p.isascii()), key=lambda p: (-len(p), p))
+        self.forms = sorted((p for p in self.where if p.isascii()), key=lambda p: (-len(p), p))
         # in ASCII text a piece is a run of letters and digits: whole pieces found by one regular expression
+        forms = self.forms
         self.pattern = re.compile(r"(?<![a-z0-9])(?:" + "|".join(map(re.escape, forms)) + r")(?![a-z0-9])") if forms else None
+
+    def scan(self, texts: list[str], plain: list[tuple[int, float]], freq: list[float]) -> None:
+        """Add the phrases' occurrences in the ASCII ``texts`` (text t weighted ``plain[t][1]``, its phrases at
+        ``freq[plain[t][0] + phrase]``), in all of them joined at once (a NUL between two texts). A form of a
+        single-token phrase is looked for as a plain string and counts where no letter or digit touches it (a
+        whole piece); a phrase of several tokens by its pattern, every occurrence, overlapping ones too, as
+        FTS5 counts its instances. The counts :meth:`add` finds text by text: whole pieces do not overlap, and
+        the counts are whole numbers, so the order they are added in changes no bit."""
+        joined = "\x00".join(texts).lower()
+        starts, at = [], 0
+        for text in texts:
+            starts.append(at)
+            at += len(text) + 1
+        end, word = len(joined), _WORD_CHARS
+        for form in self.forms:
+            size, found = len(form), joined.find(form)
+            while found >= 0:
+                after = found + size
+                if (found == 0 or joined[found - 1] not in word) and (after == end or joined[after] not in word):
+                    base, weight = plain[bisect_right(starts, found) - 1]
+                    for i, n in self.where[form]:
+                        freq[base + i] += weight * n
+                found = joined.find(form, found + 1)
+        for i, pattern in self.phrases:
+            match = pattern.search(joined)
+            while match is not None:
+                at = match.start()
+                if at == 0 or joined[at - 1] not in word:
+                    base, weight = plain[bisect_right(starts, at) - 1]
+                    freq[base + i] += weight
+                match = pattern.search(joined, at + 1)
 
     def add(self, text: str, weight: float, freq: list[float], base: int = 0) -> None:
         """Add ``weight`` times each phrase's occurrences in ``text`` to ``freq[base + phrase]``."""
@@ -405,15 +440,19 @@ class _Frequencies:
             for piece in split:
                 for i, n in where.get(piece, ()):
                     freq[base + i] += weight * n
-        if self._multi:  # phrases: consecutive tokens (an unlearnt piece is digits, its own token: see learn)
-            known = self._known
-            pieces = split if split is not None else _pieces(text)
-            tokens = [t for piece in pieces for t in (known[piece] if piece in known else (piece,))]
-            for i, phrase in self._multi:
-                size = len(phrase)
-                for start in range(len(tokens) - size + 1):
-                    if tokens[start] == phrase[0] and tuple(tokens[start : start + size]) == phrase:
-                        freq[base + i] += weight
+        if self._multi:
+            self.add_phrases(split if split is not None else _pieces(text), weight, freq, base)
+
+    def add_phrases(self, pieces: list[str], weight: float, freq: list[float], base: int = 0) -> None:
+        """Add ``weight`` times each phrase of several tokens found in a text (its ``pieces``): consecutive
+        tokens (an unlearnt piece is digits, its own token: see learn)."""
+        known = self._known
+        tokens = [t for piece in pieces for t in (known[piece] if piece in known else (piece,))]
+        for i, phrase in self._multi:
+            size = len(phrase)
+            for start in range(len(tokens) - size + 1):
+                if tokens[start] == phrase[0] and tuple(tokens[start : start + size]) == phrase:
+                    freq[base + i] += weight
 
 
 def _pieces(text: str) -> list[str]:
