@@ -154,9 +154,32 @@ def split_question(message: str) -> tuple[str, str]:
         return message, message
     rules = [p for p in parts if _RULES.search(p) and not _CUSTOMER.search(p)]
     customer = [p for p in parts if _CUSTOMER.search(p) and not _RULES.search(p)]
+    if not rules or not customer:  # then by which way each part leans: what happened, or what must be done
+        lean = [len(_HAPPENED.findall(p)) - len(_ASKS_RULE.findall(p)) for p in parts]
+        rules = [p for p, v in zip(parts, lean) if v < 0]
+        customer = [p for p, v in zip(parts, lean) if v > 0]
     if not rules or not customer:
         return message, message
     return "; ".join(rules) + "?", "; ".join(customer) + "?"
+
+
+# How a part leans when the words above do not decide: towards what happened with the customer (past
+# tense, what they asked or wanted, "in June") or towards what the rules say (modal verbs, "how quickly",
+# "who pays"). A part counts as one or the other by which it holds more of; a tie decides nothing.
+_HAPPENED = re.compile(
+    r"\b(did|was|were|had|has \w+ (?:raised|asked|said|mentioned)|happened|went wrong|recently|last (?:week|month|year)|"
+    r"wants?|wanted|told|tell us|asks?|asked|complain(?:s|ed)?|reported|offered|approved|signed|cancell?ed|sent|"
+    r"(?<=in )(?:january|february|march|april|may|june|july|august|september|october|november|december))\b",
+    re.IGNORECASE,
+)
+
+_ASKS_RULE = re.compile(
+    r"\b(must|(?<!in )may|can|could|should|shall|will|would|needs?|have to|has to|allowed|permitted|rules?|polic(?:y|ies)|"
+    r"what (?:is|are) the|how (?:are|is|should|will|would|do|does)|"
+    r"process|procedures?|required?|entitled|eligible|how (?:quickly|fast|soon|often|long|much|many)|"
+    r"who (?:pays|approves)|what happens|penalty|options|does that (?:meet|match))\b",
+    re.IGNORECASE,
+)
 
 
 def _start_model_steps(call: Call) -> dict[str, Callable[[], Any]]:
