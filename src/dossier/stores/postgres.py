@@ -568,25 +568,29 @@ class PostgresStore:
         include_stubs: bool = False,
     ) -> list[EdgeHop]:
         require_org(org, "edges_around")
-        # A hop reads its edges best first from the covering (org, src) and (org, dst) indexes, and checks
-        # the liveness of the ends of only as many as it needs (reading more when dead ends cut it short).
+        # A hop is one statement: two index-only searches of the covering (org, src) and (org, dst) indexes,
+        # the second without the edges the first found (so UNION ALL: nothing to sort away), the best
+        # ``read`` edges cut before their ends' records are looked up (a hub's thousands of edges are not
+        # joined). An edge with an end pending deletion comes back marked and is dropped here; when that
+        # leaves too few of a cut read, the hop reads more.
         columns = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
         flags = ("" if include_inactive else " AND active") + ("" if include_stubs else " AND NOT dst_is_stub")
-        touching = (
-            f"SELECT * FROM (SELECT {columns} FROM edges WHERE org = %b AND src = ANY(%b::text[]){flags} "
-            f"UNION SELECT {columns} FROM edges WHERE org = %b AND dst = ANY(%b::text[]){flags}) e "
-            "ORDER BY confidence DESC, weight DESC, id LIMIT %b"
+        hop = (
+            "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub, "
+            "s.id IS NOT NULL AND d.id IS NOT NULL FROM ("
+            f"SELECT * FROM (SELECT {columns} FROM edges WHERE org = %b AND src = ANY(%b::text[]){flags} UNION ALL "
+            f"SELECT {columns} FROM edges WHERE org = %b AND dst = ANY(%b::text[]) AND NOT src = ANY(%b::text[]){flags}) u "
+            "ORDER BY confidence DESC, weight DESC, id LIMIT %b) e "
+            "LEFT JOIN records s ON s.org = e.org AND s.id = e.src AND NOT s.pending_deletion "
+            "LEFT JOIN records d ON d.org = e.org AND d.id = e.dst AND NOT d.pending_deletion "
+            "ORDER BY e.confidence DESC, e.weight DESC, e.id"
         )
 
         def read_hop(frontier: list[str], fetch: int) -> tuple[list[Edge], bool]:
-            read = 2 * fetch
+            read = fetch
             while True:
-                rows = self._query(org, touching, [org, frontier, org, frontier, read])
-                ends = sorted({end for row in rows for end in (row[2], row[3])})
-                live = {r[0] for r in self._query(
-                    org, "SELECT id FROM records WHERE org = %b AND id = ANY(%b::text[]) AND NOT pending_deletion", [org, ends]
-                )} if ends else set()  # fmt: skip
-                walkable = [_edge(row) for row in rows if row[2] in live and row[3] in live]
+                rows = self._query(org, hop, [org, frontier, org, frontier, frontier, read])
+                walkable = [_edge(row[:9]) for row in rows if row[9]]
                 complete = len(rows) < read  # every edge of this hop was read
                 if complete or len(walkable) >= fetch:
                     return (walkable if complete else walkable[:fetch]), complete

@@ -575,28 +575,34 @@ class SQLiteStore:
             for chunk in _chunks(frontier):
                 marks = ",".join("?" * len(chunk))
                 # Two index searches, the second without the edges the first found (so UNION ALL: no temporary
-                # table of every row to drop duplicates); the best ``fetch`` edges are cut before they are
-                # joined to their ends' records (a hub's 1,400 edges: 2 ms instead of 7). When fewer come back
-                # (few edges, or an end pending deletion), the cut may have dropped some: read again uncut.
+                # table of every row to drop duplicates); the best ``read`` edges are cut before their ends'
+                # records are looked up (a hub's 1,400 edges: 2 ms instead of 7). An edge with an end pending
+                # deletion comes back marked and is dropped here; when that leaves too few of a cut read, the
+                # hop reads more. One statement per chunk of the frontier.
                 edges = (
                     f"SELECT {_EDGE_COLUMNS} FROM edges WHERE org = ? AND src IN ({marks}){flags} UNION ALL "
                     f"SELECT {_EDGE_COLUMNS} FROM edges WHERE org = ? AND dst IN ({marks}) AND src NOT IN ({marks}){flags}"
                 )
                 sql = (
-                    "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub FROM ("
+                    "SELECT e.org, e.id, e.src, e.dst, e.type, e.active, e.confidence, e.weight, e.dst_is_stub, "
+                    "s.id IS NOT NULL AND d.id IS NOT NULL FROM ("
                     f"SELECT * FROM ({edges}) ORDER BY confidence DESC, weight DESC, id LIMIT ?) e "
-                    "JOIN records s ON s.org = e.org AND s.id = e.src AND s.pending_deletion = 0 "
-                    "JOIN records d ON d.org = e.org AND d.id = e.dst AND d.pending_deletion = 0 "
-                    "ORDER BY e.confidence DESC, e.weight DESC, e.id LIMIT ?"
+                    "LEFT JOIN records s ON s.org = e.org AND s.id = e.src AND s.pending_deletion = 0 "
+                    "LEFT JOIN records d ON d.org = e.org AND d.id = e.dst AND d.pending_deletion = 0"
                 )
                 params = [org, *chunk, org, *chunk, *chunk]
-                got = self._query(sql, [*params, fetch, fetch])
-                if len(got) < fetch:
-                    got = self._query(sql, [*params, -1, fetch])
-                complete = complete and len(got) < fetch
-                rows.extend(got)
-            rows.sort(key=lambda r: (-r[6], -r[7], r[1]))  # chunks merged, best first
-            return _edges(rows), complete
+                read = fetch
+                while True:
+                    got = self._query(sql, [*params, read])
+                    live = [row[:9] for row in got if row[9]]
+                    whole = len(got) < read  # every edge of this chunk was read
+                    if whole or len(live) >= fetch:
+                        break
+                    read *= 4
+                complete = complete and whole
+                rows.extend(live)
+            rows.sort(key=lambda r: (-r[6], -r[7], r[1]))  # best first, chunks merged
+            return _edges(rows if complete else rows[:fetch]), complete
 
         return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop)
 
