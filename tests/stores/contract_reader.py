@@ -221,6 +221,20 @@ class ReaderContract:
                     found = _hops(store.edges_around(seeds, org="acme", max_hops=max_hops, limit=limit))
                     assert found == _walk(edges, live, seeds, max_hops, limit), (seeds, max_hops, limit)
 
+    def test_edges_around_reads_past_a_cut_full_of_dead_ends(self, store: Store, embedder: Any) -> None:
+        """A hub whose best edges lead to records pending deletion, or to an id that is a record only in
+        another org: a read cut to the best few finds none walkable, so the hop reads more, and returns the
+        best live edges of this org."""
+        records = [_contact("acme", "hub"), *[_contact("acme", f"gone{i}", pending_deletion=True) for i in range(12)],
+                   *[_contact("acme", f"live{i}") for i in range(5)], _contact("globex", "elsewhere")]  # fmt: skip
+        edges = [Edge(id=f"d{i:02d}", org="acme", src="hub", dst=f"gone{i}", type="knows", confidence=0.9) for i in range(12)]
+        edges.append(Edge(id="x-org", org="acme", src="hub", dst="elsewhere", type="knows", confidence=0.9))
+        edges += [Edge(id=f"l{i}", org="acme", src=f"live{i}", dst="hub", type="knows", confidence=0.5, weight=float(i))
+                  for i in range(5)]  # fmt: skip
+        store.write(make_batch(embedder, orgs=[Org(id="acme"), Org(id="globex")], records=records, edges=edges, vectors=False))
+        assert _hops(store.edges_around(["hub"], org="acme", max_hops=1, limit=3)) == [("l4", 1), ("l3", 1), ("l2", 1)]
+        assert _hops(store.edges_around(["hub"], org="acme", max_hops=2, limit=50)) == [(f"l{i}", 1) for i in range(4, -1, -1)]
+
     def test_edges_around_returns_whole_edges(self, store: Store, embedder: Any) -> None:
         items = write_world(store, embedder)
         [hop] = [h for h in store.edges_around(["r-jane"], org="acme", max_hops=1, limit=50) if h.edge.id == "e1"]
