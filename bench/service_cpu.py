@@ -4,6 +4,7 @@ Reproduce (from the repository root):
 
     python bench/service_cpu.py                  # 5 rounds of 60 brief calls each way, the median round
     python bench/service_cpu.py --profile 30     # and the 30 functions with the most own time (cProfile)
+    python bench/service_cpu.py --profile 30 --profile-out cpu.prof   # the profile kept, for pstats
 
 It loads the sample organisation (examples/sample-org.json) into a fresh SQLite file and makes the calls
 ``bench/service.py`` makes over HTTP (a ``brief`` about one of its ten records, budget 8000 bytes, a question of
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=60, help="calls per round")
     parser.add_argument("--profile", type=int, default=0, help="also profile one round of repeated questions and "
                         "print this many functions by own time")  # fmt: skip
+    parser.add_argument("--profile-out", help="with --profile, also write the profile here (pstats format)")
     args = parser.parse_args()
 
     import dossier
@@ -96,6 +98,8 @@ def main() -> None:
     if profile is not None:
         print(f"\nrepeated questions, {args.calls * 2} calls, by own time:")
         pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile)
+        if args.profile_out:
+            profile.dump_stats(args.profile_out)
 
 
 if __name__ == "__main__":

@@ -148,17 +148,21 @@ class Engine:
         as the result of ``call_id``, fetched with :meth:`result` like a deferred one."""
         self._deferred.adopt(call_id, pending, org=org, caller=caller)
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, *, scope: tuple[str, str] | None = None) -> np.ndarray:
+        """The query vector of ``text``, cached per ``scope`` (a call's org and caller): what one caller's
+        calls embedded never answers another's from the cache, so timing reveals nothing across them."""
         self.embedder  # noqa: B018 - binds the store on first use
         assert self._queries is not None
-        return self._queries(text)
+        return self._queries(text, scope)
 
-    def steps(self) -> Steps:
+    def steps(self, *, org: str | None = None, caller: str | None = None) -> Steps:
         """What a call runs with, as this engine stands now: its store, models and pluggable steps (a
         call never sees the engine itself). The embedding model and the service tables still open on
-        first use."""
+        first use. Query vectors are cached for ``org`` and ``caller`` alone (:meth:`embed_query`)."""
+        scope = (org or "", caller or "")
         return Steps(
-            store=self.store, embed_query=self.embed_query, embedder=lambda: self.embedder, fuse=self.fuse,
+            store=self.store, embed_query=lambda text: self.embed_query(text, scope=scope),
+            embedder=lambda: self.embedder, fuse=self.fuse,
             sources=self.sources, selector=self.selector, filter_inferrer=self.filter_inferrer,
             augmenter=self.augmenter, llm=self.llm, reranker=self.reranker, background=self.background,
             service_store=lambda: self.service_store, defer=self.defer, keep_late=self.keep_late,

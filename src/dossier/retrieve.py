@@ -68,7 +68,7 @@ def retrieve(
     who = engine.store.get_caller(caller, org=org)
     if who is None:
         raise NotFound(f"unknown caller {caller!r} in org {org!r}")
-    steps = engine.steps()
+    steps = engine.steps(org=org, caller=caller)
     call = Call(steps=steps, request=parsed, org=org, caller=who, settings=engine.settings_for(org), full_trace=full_trace)
     if call_id:  # the service names the call before it runs: it is charged up front under that id
         call.call_id = call_id

@@ -173,3 +173,42 @@ def test_a_failed_run_fails_every_question_waiting_on_it_and_the_next_call_retri
     assert all(isinstance(v, RuntimeError) for v in got)
     gated.fail = False
     assert float(cached("bb")[0]) == 2.0
+
+
+def test_a_vector_cached_in_one_scope_is_never_reused_in_another() -> None:
+    gated = _Gated()
+    gated.release.set()
+    cached = CachedQueries(gated)
+    first = cached("what is the refund window?", ("northwind", "ana"))
+    assert len(gated.runs) == 1
+    again = cached("what is the refund window?", ("northwind", "ana"))  # the same caller: from the cache
+    assert again is first and len(gated.runs) == 1
+    for scope in (("southwind", "zoe"), ("northwind", "ben")):  # another org, another caller: a model run each
+        other = cached("what is the refund window?", scope)
+        assert other is not first and np.array_equal(other, first)
+    assert len(gated.runs) == 3
+
+
+def test_a_question_in_flight_in_one_scope_is_embedded_again_for_another() -> None:
+    gated = _Gated()
+    cached = CachedQueries(gated, max_batch=8)
+    out: dict[str, np.ndarray] = {}
+
+    def ask(scope: tuple[str, str], text: str) -> None:
+        out[scope[0] + text] = cached(text, scope)
+
+    blocker = threading.Thread(target=ask, args=(("northwind", "ana"), "first"))
+    blocker.start()
+    while not gated.runs:  # the first run has started and is held
+        threading.Event().wait(0.001)
+    askers = [threading.Thread(target=ask, args=(scope, "same question")) for scope in (("northwind", "ana"), ("southwind", "zoe"))]
+    for thread in askers:
+        thread.start()
+    while len(cached._queue) < 2:  # both wait: one key each, nothing shared across the orgs
+        threading.Event().wait(0.001)
+    gated.release.set()
+    for thread in [blocker, *askers]:
+        thread.join(60)
+    assert gated.runs[1] == ["same question", "same question"]  # one run, embedded once per org
+    assert out["northwindsame question"] is not out["southwindsame question"]
+

@@ -132,3 +132,23 @@ def test_no_request_sees_what_it_must_not(sample_engine: dossier.Engine, world: 
     for item in response.sources["graph"].items:
         assert item.src not in world["deleted"] and item.dst not in world["deleted"]
     assert sum(response.budget.used.values()) <= response.budget.total_bytes
+
+
+def test_one_orgs_calls_never_warm_the_query_cache_of_another(fresh_engine: dossier.Engine) -> None:
+    """A call's query vectors (its question, and memory texts it embeds) are cached for its org and caller
+    alone: a shared cache would answer another org's identical text faster, and that timing would tell it
+    what was asked or held elsewhere."""
+    message = "What is the cancellation notice period for annual plans? (isolation probe)"
+    fresh_engine.retrieve({"mode": "brief", "message": message, "record": {"email": "jane@acme.com"}}, org="northwind", caller="ana")
+    queries = fresh_engine._queries
+    assert queries is not None
+    before = queries.runs
+    fresh_engine.retrieve({"mode": "brief", "message": message}, org="southwind", caller="zoe")
+    assert queries.runs > before  # southwind's call embedded the text itself
+    after_other_org = queries.runs
+    fresh_engine.retrieve({"mode": "brief", "message": message}, org="northwind", caller="ben")
+    assert queries.runs > after_other_org  # so did another caller of the same org
+    settled = queries.runs
+    fresh_engine.retrieve({"mode": "brief", "message": message}, org="southwind", caller="zoe")
+    assert queries.runs == settled  # and a caller's own repeated question is still answered from the cache
+

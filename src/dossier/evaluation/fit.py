@@ -64,7 +64,7 @@ def prepared_call(engine: Any, request: Mapping[str, Any], *, org: str, caller: 
     who = engine.store.get_caller(caller, org=org)
     if who is None:
         raise UsageError(f"unknown caller {caller!r} in org {org!r}")
-    call = Call(steps=engine.steps(), request=parse_request(dict(request)), org=org, caller=who, settings=engine.settings_for(org))
+    call = Call(steps=engine.steps(org=org, caller=caller), request=parse_request(dict(request)), org=org, caller=who, settings=engine.settings_for(org))
     for layer in PIPELINE:
         if layer.__name__ == "select_sections":
             break

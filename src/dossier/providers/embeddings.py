@@ -19,7 +19,7 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from importlib import resources
 from threading import Condition, Lock
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Hashable, Literal, Sequence
 
 import numpy as np
 
@@ -62,46 +62,52 @@ class CachedQueries:
     """An LRU cache of query vectors in front of an embedder (questions repeat across calls), which also
     embeds the questions of concurrent calls together.
 
+    Every entry belongs to a ``scope`` (the engine passes the call's org and caller): a text cached or
+    being embedded in one scope is never reused in another, so one caller's questions (or the memory
+    texts its calls embed) never make another caller's calls faster, and how long a call takes tells
+    nothing about what anyone else asked or holds.
+
     A question missing from the cache is queued. While no model run is in progress, a caller whose
     question is still waiting runs one: its own question and the oldest others, up to ``max_batch``;
-    callers wait for their vector meanwhile (a question queued or running is not embedded twice). One
-    question alone is embedded alone (``embed_query``), as before; in a busy service one model run serves
-    several calls. The model's vectors do not depend on what they are batched with (tested).
+    callers wait for their vector meanwhile (a question queued or running in its scope is not embedded
+    twice). One question alone is embedded alone (``embed_query``), as before; in a busy service one model
+    run serves several calls. The model's vectors do not depend on what they are batched with (tested).
     """
 
     def __init__(self, embedder: Embedder, size: int = 2048, max_batch: int = 16) -> None:
         self.embedder = embedder
         self.size = size
         self.max_batch = max_batch
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[tuple[Hashable, str], np.ndarray] = OrderedDict()
         self._turn = Condition()
-        self._queue: list[str] = []
-        self._waiting: dict[str, Future] = {}  # queued or running question -> its vector, once embedded
+        self._queue: list[tuple[Hashable, str]] = []
+        self._waiting: dict[tuple[Hashable, str], Future] = {}  # queued or running (scope, question) -> its vector
         self._running = False
         self.runs = 0  # model runs made (tests and benches read it)
 
-    def __call__(self, text: str) -> np.ndarray:
+    def __call__(self, text: str, scope: Hashable = None) -> np.ndarray:
+        key = (scope, text)
         with self._turn:
-            if text in self._cache:
-                self._cache.move_to_end(text)
-                return self._cache[text]
-            waiting = self._waiting.get(text)
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            waiting = self._waiting.get(key)
             if waiting is None:
-                waiting = self._waiting[text] = Future()
-                self._queue.append(text)
+                waiting = self._waiting[key] = Future()
+                self._queue.append(key)
             while not waiting.done():
                 if self._running:
                     self._turn.wait()
                     continue
                 self._running = True
-                batch = [t for t in self._queue if t != text][: self.max_batch - 1]
-                if text in self._queue:
-                    batch.insert(0, text)
+                batch = [k for k in self._queue if k != key][: self.max_batch - 1]
+                if key in self._queue:
+                    batch.insert(0, key)
                 taken = set(batch)
-                self._queue = [t for t in self._queue if t not in taken]
+                self._queue = [k for k in self._queue if k not in taken]
                 self._turn.release()
                 try:
-                    outcome: list[np.ndarray] | BaseException = self._embed(batch)
+                    outcome: list[np.ndarray] | BaseException = self._embed([k[1] for k in batch])
                 finally:
                     self._turn.acquire()
                 self._finish(batch, outcome)
@@ -115,16 +121,16 @@ class CachedQueries:
         except BaseException as exc:  # noqa: BLE001 - each waiting caller gets the failure
             return exc
 
-    def _finish(self, batch: list[str], outcome: list[np.ndarray] | BaseException) -> None:
+    def _finish(self, batch: list[tuple[Hashable, str]], outcome: list[np.ndarray] | BaseException) -> None:
         """With the lock held: hand out the vectors (or the failure), cache them, let the next run start."""
         self.runs += 1
-        for n, text in enumerate(batch):
-            future = self._waiting.pop(text)
+        for n, key in enumerate(batch):
+            future = self._waiting.pop(key)
             if isinstance(outcome, BaseException):
                 future.set_exception(outcome)
                 continue
-            self._cache[text] = outcome[n]
-            self._cache.move_to_end(text)
+            self._cache[key] = outcome[n]
+            self._cache.move_to_end(key)
             future.set_result(outcome[n])
         while len(self._cache) > self.size:
             self._cache.popitem(last=False)

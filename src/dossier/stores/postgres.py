@@ -680,11 +680,12 @@ def _memory(row: tuple) -> Memory:
 
 def _document(row: tuple) -> Document:
     ids, headings, texts = row[8] or [], row[9] or [], row[10] or []
-    sections = tuple(Section(id=i, heading=h, text=t) for i, h, t in zip(ids, headings, texts))
-    return Document(
+    # built without validation, as records and memories are: the rows were validated when they were written
+    sections = tuple(Section.model_construct(id=i, heading=h, text=t) for i, h, t in zip(ids, headings, texts))
+    return Document.model_construct(
         org=row[0], id=row[1], title=row[2], doc_type=row[3], tags=tuple(row[4]),
-        visible_to_roles=None if row[5] is None else tuple(row[5]), attached_record=row[6], is_system=row[7],
-        sections=sections or (Section(id=f"{row[1]}-empty"),),
+        visible_to_roles=None if row[5] is None else tuple(row[5]), attached_record=row[6], is_system=bool(row[7]),
+        sections=sections or (Section.model_construct(id=f"{row[1]}-empty", heading="", text=""),),
     )  # fmt: skip
 
 

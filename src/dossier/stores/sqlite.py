@@ -368,7 +368,8 @@ class SQLiteStore:
                 "ORDER BY document, position",
                 [org, *chunk],
             ):
-                sections.setdefault(doc_id, []).append(Section(id=sid, heading=heading, text=text))
+                # built without validation, as records and memories are: the rows were validated when written
+                sections.setdefault(doc_id, []).append(Section.model_construct(id=sid, heading=heading, text=text))
             for row in self._query(
                 "SELECT org, id, title, doc_type, tags, visible_to_roles, attached_record, is_system "
                 f"FROM documents WHERE org = ? AND id IN ({marks})",
@@ -376,10 +377,11 @@ class SQLiteStore:
             ):
                 roles = None if row[5] is None else tuple(json.loads(row[5]))
                 out.append(
-                    Document(
+                    Document.model_construct(
                         org=row[0], id=row[1], title=row[2], doc_type=row[3], tags=tuple(json.loads(row[4])),
                         visible_to_roles=roles, attached_record=row[6], is_system=bool(row[7]),
-                        sections=tuple(sections.get(row[1], ())) or (Section(id=f"{row[1]}-empty"),),
+                        sections=tuple(sections.get(row[1], ()))
+                        or (Section.model_construct(id=f"{row[1]}-empty", heading="", text=""),),
                     )
                 )  # fmt: skip
         return _in_order(ids, out)
