@@ -152,3 +152,35 @@ def test_one_orgs_calls_never_warm_the_query_cache_of_another(fresh_engine: doss
     fresh_engine.retrieve({"mode": "brief", "message": message}, org="southwind", caller="zoe")
     assert queries.runs == settled  # and a caller's own repeated question is still answered from the cache
 
+
+
+def test_what_another_org_loads_never_changes_this_orgs_answers(fresh_engine: dossier.Engine) -> None:
+    """The same calls of one org before and after another org loads documents full of the same words: the
+    same items in the same order with the same scores, and the same trace (full-text statistics are each
+    org's own)."""
+    import json
+    import random
+    from pathlib import Path
+
+    from dossier.schema import item_key
+
+    path = Path(__file__).parents[2] / "examples" / "eval" / "sample-questions.json"
+    questions = [q for q in json.loads(path.read_text())["questions"] if q["org"] == "northwind" and q.get("message")][:20]
+
+    def answers() -> list[dict[str, list[tuple[Any, ...]]]]:
+        out = []
+        for q in questions:
+            request = {k: v for k, v in q.items() if k in ("mode", "message", "record", "budget", "depth")}
+            response = fresh_engine.retrieve({"mode": "brief", **request, "trace": True}, org="northwind", caller=q.get("caller", "ana"))
+            out.append({s: [(item_key(i), getattr(i, "score", None)) for i in response.items(s)] for s in response.sources})
+            out.append({"trace": [(t.source, t.id, t.layer, t.decision, t.reason, t.score) for t in response.trace or []]})
+        return out
+
+    before = answers()
+    rng = random.Random(3)
+    words = "discount pricing renewal contract refund enterprise annual plan seats approval finance policy support".split()
+    documents = [{"id": f"sw-doc-{n}", "org": "southwind", "title": f"Southwind note {n}",
+                  "sections": [{"id": f"sw-s-{n}-{k}", "heading": rng.choice(words),
+                                "text": " ".join(rng.choice(words) for _ in range(40))} for k in range(3)]} for n in range(60)]  # fmt: skip
+    fresh_engine.load_bundle({"documents": documents})
+    assert answers() == before

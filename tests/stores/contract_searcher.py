@@ -40,6 +40,31 @@ class SearcherContract:
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         assert len(store.search_text("section", "discount approval", org="acme", limit=1)) == 1
 
+    def test_another_orgs_rows_never_move_this_orgs_full_text_hits_or_scores(self, store: Store, embedder: Any) -> None:
+        """BM25 weighs a term by how many rows hold it: counted over the whole table, another org's rows
+        would move this org's scores and order, and the order would tell something of the other's texts."""
+        write_world(store, embedder)
+        searches = [("section", "discount approval prepay", None), ("section", "refund education", None),
+                    ("memory", "annual renewal prepay", None), ("memory", "renewal forklift", ["r-jane"]),
+                    ("memory", "annual renewal prepay", ["r-jane", "r-bob"])]  # fmt: skip
+
+        def answers() -> list[list[tuple[str, str, float]]]:
+            return [[(h.id, h.parent, round(h.score, 9)) for h in store.search_text(kind, query, org="acme", limit=10, parents=parents)]  # type: ignore[arg-type]
+                    for kind, query, parents in searches]  # fmt: skip
+
+        before = answers()
+        assert all(before[:3]), before
+        # another org, many rows holding some of the same words (and not others), longer than acme's
+        other = "globex"
+        filler = "discount approval renewal annual " * 6
+        documents = [Document(id=f"g-d{n}", org=other, title=f"Globex {n}", sections=(
+            Section(id=f"g-s{n}-{k}", heading="Discount approval", text=f"{filler} section {k}"),
+            Section(id=f"g-t{n}-{k}", heading="Renewal", text="annual renewal prepay terms " * 3))) for n in range(20) for k in range(1)]
+        memories = [_memory(other, f"g-m{n}", "g-r", f"{filler} prepay note {n}", "2024-05-01T00:00:00+00:00") for n in range(60)]
+        store.write(make_batch(embedder, orgs=[Org(id=other)], records=[_contact(other, "g-r")], memories=memories, documents=documents))
+        assert store.search_text("memory", "annual renewal prepay", org=other, limit=5)  # the other org's rows are there
+        assert answers() == before
+
     def test_search_text_over_memories_and_parents_restriction(self, store: Store, embedder: Any) -> None:
         write_world(store, embedder)
         hits = store.search_text("memory", "annual renewal prepay", org="acme", limit=10)

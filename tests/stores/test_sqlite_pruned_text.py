@@ -1,9 +1,9 @@
 """Full-text search over large scopes of the SQLite store (``stores/sqlite_fulltext.py``), on real SQLite.
 
-Below the size line the answers are FTS5's own ``bm25()`` ranking, hit for hit and score for score
-(including where that ranking is now computed in Python, over several parents in a large table); above it
-the search is pruned by IDF: rows holding the rare terms come first, each scored as bm25() scores it,
-and another org's rows never come back either way.
+Below the size line the answers are FTS5's own ``bm25()`` ranking over the org's own rows, hit for hit
+and score for score (the reference ranks a copy of the file holding that org alone: another org's rows
+must not move a score); above it the search is pruned by IDF: rows holding the rare terms come first,
+each scored as that bm25() scores it, and another org's rows never come back either way.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _complete(path: Path, kind: TextKind, query: str, *, org: str, limit: int, p
     else:
         fts, table, parent, rank = "sections_fts", "sections", "document", "bm25(sections_fts, 0.0, 2.0, 2.0, 1.0)"
     within = f" AND c.{parent} IN ({','.join('?' * len(parents))})" if parents else ""
-    db = sqlite3.connect(path)
+    db = sqlite3.connect(_alone(path, org))
     try:
         rows = db.execute(
             f"SELECT c.id, c.{parent}, {rank} AS rank FROM {fts} CROSS JOIN {table} c ON c.rowid = {fts}.rowid "
@@ -87,6 +87,39 @@ def _complete(path: Path, kind: TextKind, query: str, *, org: str, limit: int, p
     finally:
         db.close()
     return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows]
+
+
+_ALONE: dict[tuple, Path] = {}  # (file, org, its mtime and size) -> the copy made of it
+
+
+def _alone(path: Path, org: str) -> Path:
+    """``path`` itself when ``org`` is the only org in it, else a copy holding ``org``'s full-text rows alone
+    (so that FTS5's statistics, and bm25(), are the org's own)."""
+    db = sqlite3.connect(path)
+    try:
+        others = db.execute("SELECT (SELECT count(*) FROM memories WHERE org != ?) + (SELECT count(*) FROM sections WHERE org != ?)",
+                            [org, org]).fetchone()[0]  # fmt: skip
+        if not others:
+            return path
+        stat = path.stat()
+        key = (path, org, stat.st_mtime_ns, stat.st_size)
+        if key in _ALONE:
+            return _ALONE[key]
+        copy = path.with_name(f"{path.stem}-alone-{org}.db")
+        if copy.exists():
+            copy.unlink()
+        db.execute("VACUUM INTO ?", [str(copy)])
+    finally:
+        db.close()
+    _ALONE[key] = copy
+    alone = sqlite3.connect(copy)
+    try:
+        alone.execute("DELETE FROM memories_fts WHERE rowid IN (SELECT rowid FROM memories WHERE org != ?)", [org])
+        alone.execute("DELETE FROM sections_fts WHERE rowid IN (SELECT rowid FROM sections WHERE org != ?)", [org])
+        alone.commit()
+    finally:
+        alone.close()
+    return copy
 
 
 @pytest.fixture(scope="module")

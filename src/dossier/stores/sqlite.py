@@ -454,6 +454,16 @@ class SQLiteStore:
         line = self.text_prune_rows
         if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
             return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True)
+        # FTS5's bm25() weighs each term by its frequency in the whole table, every org's rows included, so
+        # it ranks by itself only where the org is alone in the table; otherwise the same BM25 is computed
+        # over the org's own rows (sqlite_fulltext.PrunedText), and nothing another org holds moves a score
+        sole = self._text.sole(kind, org)
+        if not sole:
+            slots = None if parents is None else self._slots(kind, org, parents)
+            if slots is not None and not slots:
+                return []
+            held = self._text.scope_rows(kind, line, org=org, slots=slots) if slots is not None else 0
+            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=held >= line)
         rank = f"bm25({fts}{', ' + weights if weights else ''})"
         # CROSS JOIN keeps the full-text table outside: probing it once per content row would run the whole
         # match (and bm25's statistics) again for every row

@@ -5,10 +5,12 @@ FTS5's ``bm25()`` costs what the matches cost: it scores every row of the scope 
 (a row's length is a lookup per row) and, for each term's statistics, reads the term's whole doclist in
 the table. Among 100,000 memories of one record a typical question matches some 27,000 of them. Here:
 
-* the statistics (rows in the table, their average length in tokens, each term's document frequency)
-  are FTS5's own, read from its index and kept per process for as long as the index is unchanged (its
-  structure and averages records are compared before each search: one indexed read; any write to the
-  table changes both);
+* the statistics (rows, their average length in tokens, each term's document frequency) are the org's
+  own: where the org is alone in the table, FTS5's, read from its index; otherwise counted over the
+  org's rows (their number, the average length of the first ``_LENGTH_SAMPLE`` of them, and for each
+  term the matches whose slot is one of the org's), so that no other org's rows move a score. Either
+  is kept per process for as long as the index is unchanged (its structure and averages records are
+  compared before each search: one indexed read; any write to the table changes both);
 * the candidates (``cap``, 500, or four times the hits asked for) are rows of the scope holding the
   rarest terms: every row holding the terms that together match at most ``cap`` rows of the table; then
   rows holding all the other terms together, then all but the commonest of them, and so on (terms
@@ -43,7 +45,7 @@ import json
 import math
 import re
 from bisect import bisect_right
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -61,12 +63,15 @@ _ARRAY = "json_group_array(%s)"
 _SCOPES_KEPT = 10_000  # scope sizes kept per table while its index is unchanged
 _WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")  # what a piece of lower-cased ASCII text is made of
 _LOOK_AHEAD = 4  # rows read per candidate still wanted from a step of candidates, the shortest kept
+_ORGS_KEPT = 256  # orgs whose own statistics are kept per table (in a table several orgs share)
+_LENGTH_SAMPLE = 50_000  # an org's rows read for their average length (beyond it, the first ones estimate it)
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
 
 
 @dataclass(frozen=True)
 class _Table:
+    kind: str  # the store's name for it: "memory" or "section"
     fts: str
     content: str  # the content table (ids, parents, org), read as ``c``
     parent: str
@@ -78,8 +83,8 @@ class _Table:
 
 TABLES = {
     # a memory's text is written to both tables at once; a section's title comes from its document
-    "memory": _Table("memories_fts", "memories", "record", "c.text", (1.0,)),
-    "section": _Table("sections_fts", "sections", "document", "x.c1, x.c2, x.c3", (2.0, 2.0, 1.0), "{title heading}", "{text}"),
+    "memory": _Table("memory", "memories_fts", "memories", "record", "c.text", (1.0,)),
+    "section": _Table("section", "sections_fts", "sections", "document", "x.c1, x.c2, x.c3", (2.0, 2.0, 1.0), "{title heading}", "{text}"),
 }
 
 
@@ -89,6 +94,7 @@ class _Statistics:
     rows: int
     average_length: float
     df: dict[str, int] = field(default_factory=dict)  # term -> rows of the table holding its phrase
+    sole: dict[str, bool] = field(default_factory=dict)  # org -> whether it is the only org in the table
     scopes: dict[tuple, int] = field(default_factory=dict)  # (org, most, slots) -> rows counted (scope_rows)
 
 
@@ -98,7 +104,8 @@ class PrunedText:
     def __init__(self, query: Query, *, cap: int = 500) -> None:
         self._query = query
         self.cap = cap
-        self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics
+        self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics of the whole table
+        self._org_statistics: OrderedDict[tuple[str, str], _Statistics] = OrderedDict()  # (fts, org) -> the org's
         self._pieces: dict[str, tuple[str, ...]] = {}  # piece of text -> its FTS5 tokens
         self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
         self._learnt: set[bytes] = set()  # digests of texts whose every piece is in ``_pieces``
@@ -141,7 +148,7 @@ class PrunedText:
         the terms ``found``, best first, ties by id. With ``prune`` false every matching row of the scope is
         scored (the complete ranking, as FTS5's bm25() gives it)."""
         table = TABLES[kind]
-        stats = self._read_statistics(table, found)
+        stats = self._org_stats(table, found, org)
         if stats.rows <= 0:
             return []
         matching = sorted((t for t in found if stats.df[t] > 0), key=lambda t: (stats.df[t], t))
@@ -291,6 +298,55 @@ class PrunedText:
         return list(zip(ids, parents, scores.tolist()))
 
     # -- statistics --------------------------------------------------------------------------------
+    def sole(self, kind: str, org: str) -> bool:
+        """Whether ``org`` is the only org with rows of ``kind`` (then FTS5's own statistics are the org's;
+        kept while the table's index is unchanged)."""
+        return self._sole_now(TABLES[kind], self._read_statistics(TABLES[kind], []), org)
+
+    def _sole_now(self, table: _Table, whole: _Statistics, org: str) -> bool:
+        if org not in whole.sole:
+            if len(whole.sole) > _ORGS_KEPT:
+                whole.sole.clear()
+            whole.sole[org] = self._sole(table, org)
+        return whole.sole[org]
+
+    def _org_stats(self, table: _Table, found: list[str], org: str) -> _Statistics:
+        """BM25's statistics over ``org``'s own rows: how many, their average length, each term's document
+        frequency. An org's scores never depend on what another org holds (its rows would otherwise weigh
+        in every term's IDF and in the average length, and the order of this org's hits would tell
+        something of the other's texts). When the org is the only one in the table they are FTS5's own
+        (one read); otherwise they are counted over the org's rows, kept while the index is unchanged."""
+        whole = self._read_statistics(table, [])
+        if self._sole_now(table, whole, org):
+            self._count(table, whole, found)
+            return whole
+        key = (table.fts, org)
+        stats = self._org_statistics.get(key)
+        if stats is None or stats.key != whole.key:
+            rows = int(self._query(f"SELECT count(*) FROM {table.content} WHERE org = ?", [org])[0][0])
+            # the average length over the org's first _LENGTH_SAMPLE rows (all of them in most orgs)
+            sizes = json.loads(self._query(
+                f"SELECT {_ARRAY % 'hex(d.sz)'} FROM (SELECT rowid FROM {table.content} WHERE org = ? LIMIT ?) c "
+                f"JOIN {table.fts}_docsize d ON d.id = c.rowid",
+                [org, _LENGTH_SAMPLE],
+            )[0][0])  # fmt: skip
+            tokens = sum(_size(bytes.fromhex(v)) for v in sizes)
+            stats = _Statistics(whole.key, rows, float(tokens) / float(len(sizes)) if sizes else 1.0)
+            self._org_statistics[key] = stats
+            while len(self._org_statistics) > _ORGS_KEPT:
+                self._org_statistics.popitem(last=False)
+        self._org_statistics.move_to_end(key)
+        for term in found:
+            if term not in stats.df and not self._tokens(term):
+                stats.df[term] = 0
+            elif term not in stats.df:
+                # a row's slot (its parent's, see sqlite_schema) names its org: the org's slots are read once
+                # into a temporary index, and each match is tested there, with no read of the content table
+                sql = (f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ? AND (rowid >> {SLOT_BITS}) IN "
+                       f"(SELECT slot FROM parent_slots WHERE org = ? AND kind = ?)")  # fmt: skip
+                stats.df[term] = int(self._query(sql, [_phrase(term), org, table.kind])[0][0])
+        return stats
+
     def _read_statistics(self, table: _Table, found: list[str]) -> _Statistics:
         records = dict(self._query(f"SELECT id, block FROM {table.fts}_data WHERE id IN (1, 10)", []))
         key = (records.get(1), records.get(10))
@@ -300,13 +356,17 @@ class PrunedText:
             rows, tokens = (averages[0], sum(averages[1:])) if averages else (0, 0)
             stats = _Statistics(key, rows, float(tokens) / float(rows) if rows else 1.0)
             self._statistics[table.fts] = stats
+        self._count(table, stats, found)
+        return stats
+
+    def _count(self, table: _Table, stats: _Statistics, found: list[str]) -> None:
+        """Each term's document frequency in the whole table, counted once while the index is unchanged."""
         for term in found:
             if term not in stats.df and not self._tokens(term):
                 stats.df[term] = 0  # no token: FTS5's phrase is empty and matches nothing
             elif term not in stats.df:
                 sql = f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ?"
                 stats.df[term] = int(self._query(sql, [_phrase(term)])[0][0])
-        return stats
 
     # -- tokens ------------------------------------------------------------------------------------
     def _tokens(self, term: str) -> tuple[str, ...]:
