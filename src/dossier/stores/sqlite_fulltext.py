@@ -451,9 +451,14 @@ class _Frequencies:
                 for piece, n in surface.items():
                     self.where.setdefault(piece, []).append((i, n))
         self.forms = sorted((p for p in self.where if p.isascii()), key=lambda p: (-len(p), p))
-        # in ASCII text a piece is a run of letters and digits: whole pieces found by one regular expression
-        forms = self.forms
-        self.pattern = re.compile(r"(?<![a-z0-9])(?:" + "|".join(map(re.escape, forms)) + r")(?![a-z0-9])") if forms else None
+        self._pattern: re.Pattern[str] | None = None  # compiled when add() first needs it (scan does not)
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """In ASCII text a piece is a run of letters and digits: whole pieces found by one regular expression."""
+        if self._pattern is None and self.forms:
+            self._pattern = re.compile(r"(?<![a-z0-9])(?:" + "|".join(map(re.escape, self.forms)) + r")(?![a-z0-9])")
+        return self._pattern
 
     def scan(self, texts: list[str], plain: list[tuple[int, float]], freq: list[float]) -> None:
         """Add the phrases' occurrences in the ASCII ``texts`` (text t weighted ``plain[t][1]``, its phrases at
