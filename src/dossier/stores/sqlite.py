@@ -458,12 +458,6 @@ class SQLiteStore:
         # it ranks by itself only where the org is alone in the table; otherwise the same BM25 is computed
         # over the org's own rows (sqlite_fulltext.PrunedText), and nothing another org holds moves a score
         sole = self._text.sole(kind, org)
-        if not sole:
-            slots = None if parents is None else self._slots(kind, org, parents)
-            if slots is not None and not slots:
-                return []
-            held = self._text.scope_rows(kind, line, org=org, slots=slots) if slots is not None else 0
-            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=held >= line)
         rank = f"bm25({fts}{', ' + weights if weights else ''})"
         # CROSS JOIN keeps the full-text table outside: probing it once per content row would run the whole
         # match (and bm25's statistics) again for every row
@@ -472,6 +466,8 @@ class SQLiteStore:
             f"FROM {fts} CROSS JOIN {table} {alias} ON {alias}.rowid = {fts}.rowid WHERE {fts} MATCH ?"
         )
         if parents is None:
+            if not sole:
+                return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=False)
             return self._hits(full + f" AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?", [match, org, int(limit)])
         # A parent's rows are one rowid range (its slot, see sqlite_schema): FTS5 reads one parent's range
         # alone, so the search costs what that record (or document) holds, not every match in the store.
@@ -483,10 +479,11 @@ class SQLiteStore:
         held = self._text.scope_rows(kind, line, org=org, slots=slots)
         if held >= line:
             return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=True)
-        if len(slots) > 1 and self._text.table_rows(kind) >= _WHOLE_TABLE * max(held, 1):
-            # FTS5 would read every match in the table (testing each one's slot) and every term's whole doclist
-            # for bm25's statistics; the same ranking, computed over these parents' rows alone, costs what
-            # they hold (the same hits, order and scores: tested against bm25())
+        if not sole or (len(slots) > 1 and self._text.table_rows(kind) >= _WHOLE_TABLE * max(held, 1)):
+            # another org's rows are in the table (above), or FTS5 would read every match in the table (testing
+            # each one's slot) and every term's whole doclist for bm25's statistics; the same ranking, computed
+            # over these parents' rows alone, costs what they hold (the same hits, order and scores: tested
+            # against bm25() over the org's own rows)
             return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=False)
         if len(slots) == 1:
             scope, scope_params = f"{fts}.rowid BETWEEN ? AND ?", [slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1]

@@ -336,15 +336,7 @@ class PrunedText:
             while len(self._org_statistics) > _ORGS_KEPT:
                 self._org_statistics.popitem(last=False)
         self._org_statistics.move_to_end(key)
-        for term in found:
-            if term not in stats.df and not self._tokens(term):
-                stats.df[term] = 0
-            elif term not in stats.df:
-                # a row's slot (its parent's, see sqlite_schema) names its org: the org's slots are read once
-                # into a temporary index, and each match is tested there, with no read of the content table
-                sql = (f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ? AND (rowid >> {SLOT_BITS}) IN "
-                       f"(SELECT slot FROM parent_slots WHERE org = ? AND kind = ?)")  # fmt: skip
-                stats.df[term] = int(self._query(sql, [_phrase(term), org, table.kind])[0][0])
+        self._count(table, stats, found, org=org)
         return stats
 
     def _read_statistics(self, table: _Table, found: list[str]) -> _Statistics:
@@ -359,14 +351,20 @@ class PrunedText:
         self._count(table, stats, found)
         return stats
 
-    def _count(self, table: _Table, stats: _Statistics, found: list[str]) -> None:
-        """Each term's document frequency in the whole table, counted once while the index is unchanged."""
+    def _count(self, table: _Table, stats: _Statistics, found: list[str], *, org: str | None = None) -> None:
+        """Each term's document frequency in the whole table (or among ``org``'s rows), counted once while
+        the index is unchanged."""
+        sql, scope = f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ?", []
+        if org is not None:
+            # a row's slot (its parent's, see sqlite_schema) names its org: the org's slots are read once into
+            # a temporary index, and each match is tested there, with no read of the content table
+            sql += f" AND (rowid >> {SLOT_BITS}) IN (SELECT slot FROM parent_slots WHERE org = ? AND kind = ?)"
+            scope = [org, table.kind]
         for term in found:
             if term not in stats.df and not self._tokens(term):
                 stats.df[term] = 0  # no token: FTS5's phrase is empty and matches nothing
             elif term not in stats.df:
-                sql = f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ?"
-                stats.df[term] = int(self._query(sql, [_phrase(term)])[0][0])
+                stats.df[term] = int(self._query(sql, [_phrase(term), *scope])[0][0])
 
     # -- tokens ------------------------------------------------------------------------------------
     def _tokens(self, term: str) -> tuple[str, ...]:
