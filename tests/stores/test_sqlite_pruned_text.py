@@ -101,8 +101,8 @@ def _alone(path: Path, org: str) -> Path:
                             [org, org]).fetchone()[0]  # fmt: skip
         if not others:
             return path
-        stat = path.stat()
-        key = (path, org, stat.st_mtime_ns, stat.st_size)
+        wal = path.with_name(path.name + "-wal")  # a write may be in the write-ahead log alone
+        key = (path, org, *((f.stat().st_mtime_ns, f.stat().st_size) for f in (path, wal) if f.exists()))
         if key in _ALONE:
             return _ALONE[key]
         copy = path.with_name(f"{path.stem}-alone-{org}.db")
@@ -139,8 +139,18 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(params=["resident", "read each time"])
+def resident(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of scoring in Python: an org's rows tokenised once and kept (orgs of up to
+    ``_RESIDENT_SCOPE`` rows of a kind, as every org here), and the candidates' texts read at every search
+    (larger orgs)."""
+    if request.param != "resident":
+        monkeypatch.setattr(sqlite_fulltext, "_RESIDENT_SCOPE", 0)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("query", QUESTIONS)
-def test_below_the_line_the_answers_are_bm25s(mixed: Path, query: str) -> None:
+def test_below_the_line_the_answers_are_bm25s(mixed: Path, query: str, resident: str) -> None:
     store = SQLiteStore(mixed)  # the default line (30,000 rows): every scope here lies below it
     try:
         searches: list[tuple[TextKind, list[str] | None]] = [
@@ -158,7 +168,7 @@ def test_below_the_line_the_answers_are_bm25s(mixed: Path, query: str) -> None:
         store.close()
 
 
-def test_the_complete_ranking_in_python_matches_bm25_to_the_bit(mixed: Path) -> None:
+def test_the_complete_ranking_in_python_matches_bm25_to_the_bit(mixed: Path, resident: str) -> None:
     """The BM25 computed over candidates (what pruning scores with) is bm25()'s, for every matching row."""
     store = SQLiteStore(mixed)
     try:
@@ -171,10 +181,12 @@ def test_the_complete_ranking_in_python_matches_bm25_to_the_bit(mixed: Path) -> 
         store.close()
 
 
-def test_the_ranking_holds_when_the_known_pieces_start_again(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ranking_holds_when_the_known_pieces_start_again(mixed: Path, monkeypatch: pytest.MonkeyPatch, resident: str) -> None:
     """Tokenised pieces are kept up to a bound, then forgotten: with a bound of a few pieces every search
-    starts again, and the answers are still bm25()'s (runs of digits are never learnt from the texts)."""
+    starts again, and the answers are still bm25()'s (runs of digits are never learnt from the texts).
+    So with the rows kept as tokens: a bound of a few tokens has them read again at every search."""
     monkeypatch.setattr(sqlite_fulltext, "_PIECES_KEPT", 3)
+    monkeypatch.setattr(sqlite_fulltext, "_RESIDENT_TOKENS", 10)
     store = SQLiteStore(mixed)
     try:
         for query in QUESTIONS:
@@ -261,6 +273,35 @@ def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
     finally:
         store.close()
         other.close()
+
+
+def test_a_small_orgs_rows_are_read_once_and_a_changed_text_is_read_again(tmp_path: Path) -> None:
+    """A small org's rows are read and tokenised once while the index is unchanged (later searches read no
+    text); a write to the table, another org's included, has them read again, and a changed text scores as
+    what it now says."""
+    path = tmp_path / "resident.db"
+    rng = random.Random(7)
+    store = SQLiteStore(path)
+    try:
+        store.write(WriteBatch(orgs=[Org(id="a"), Org(id="b")], memories=_memories("a", "a-1", 60, rng, rare=3) + _memories("b", "b-1", 40, rng)))
+        query = f"{RARE} renewal discount"
+        first = store.search_text("memory", query, org="a", limit=20)
+        assert first == _complete(path, "memory", query, org="a", limit=20)
+        resident = store._text._resident["memories_fts"]
+        read = dict(resident.rows)
+        assert read and all(row is None or row.org == "a" for row in read.values())  # org b's rows were never asked for
+        assert store.search_text("memory", query, org="a", limit=20) == first
+        assert store._text._resident["memories_fts"] is resident and resident.rows == read  # nothing read again
+        changed = Memory(id="a-1-m0", org="a", record="a-1", text=f"{RARE} {RARE} {RARE} now.", created_at=WHEN)
+        store.write(WriteBatch(memories=[(changed, "changed")]))
+        after = store.search_text("memory", query, org="a", limit=20)
+        assert after == _complete(path, "memory", query, org="a", limit=20)
+        assert after[0].id == "a-1-m0" and after[0].score > first[0].score  # its new text, three times the rare word
+        assert store._text._resident["memories_fts"] is not resident
+        store.write(WriteBatch(memories=_memories("b", "b-2", 5, rng, rare=5)))  # another org's write: read again
+        assert store.search_text("memory", query, org="a", limit=20) == _complete(path, "memory", query, org="a", limit=20)
+    finally:
+        store.close()
 
 
 def test_the_shortest_rows_are_ordered_by_their_token_count_across_varint_sizes(tmp_path: Path) -> None:

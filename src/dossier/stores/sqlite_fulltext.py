@@ -29,7 +29,10 @@ the table. Among 100,000 memories of one record a typical question matches some 
   remembered by a digest and not scanned for new pieces again. In ASCII text (most) the phrases are
   counted in all candidates' texts at once: each form of a term looked for as a plain string, a phrase
   of several tokens by a pattern of its pieces. The rows' scores are computed for all
-  candidates at once (numpy, the same operations in the same order, so the same bits).
+  candidates at once (numpy, the same operations in the same order, so the same bits);
+* an org holding few rows of the kind (``_RESIDENT_SCOPE``: the sample org, an evaluation set, most orgs
+  of a file several share) has each row read and tokenised once, and kept as its tokens' weighted
+  counts while the index is unchanged: later searches score it from them without reading its text.
 
 What pruning gives up: a row holding none of the terms that chose the candidates, or one not read
 among them, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40`` are
@@ -65,6 +68,8 @@ _WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")  # what a piece 
 _LOOK_AHEAD = 4  # rows read per candidate still wanted from a step of candidates, the shortest kept
 _ORGS_KEPT = 256  # orgs whose own statistics are kept per table (in a table several orgs share)
 _LENGTH_SAMPLE = 50_000  # an org's rows read for their average length (beyond it, the first ones estimate it)
+_RESIDENT_SCOPE = 5_000  # an org with at most this many rows of a kind has its rows' tokens kept (_Resident)
+_RESIDENT_TOKENS = 1_000_000  # tokens kept per table that way (the rows start again past this)
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
 
@@ -98,6 +103,29 @@ class _Statistics:
     scopes: dict[tuple, int] = field(default_factory=dict)  # (org, most, slots) -> rows counted (scope_rows)
 
 
+@dataclass(frozen=True)
+class _Row:
+    """One full-text row as BM25 reads it: its id, parent and org, its length in tokens (FTS5's record of
+    it), each token's frequency weighted by column, and each column's tokens in order (for phrases)."""
+
+    id: str
+    parent: str
+    org: str
+    length: int
+    frequency: dict[str, float]
+    columns: tuple[tuple[float, tuple[str, ...]], ...]
+
+
+@dataclass
+class _Resident:
+    """The rows of one table already read and tokenised, kept while its index is unchanged (any write to the
+    table changes the key, and they are read again as searches need them)."""
+
+    key: tuple
+    rows: dict[int, _Row | None] = field(default_factory=dict)  # rowid -> its row (None: not in the table)
+    tokens: int = 0
+
+
 class PrunedText:
     """Pruned BM25 over the FTS5 tables of one SQLite connection (reads through ``query``, under the store's lock)."""
 
@@ -106,6 +134,7 @@ class PrunedText:
         self.cap = cap
         self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics of the whole table
         self._org_statistics: OrderedDict[tuple[str, str], _Statistics] = OrderedDict()  # (fts, org) -> the org's
+        self._resident: dict[str, _Resident] = {}  # fts table -> the small orgs' rows read so far
         self._pieces: dict[str, tuple[str, ...]] = {}  # piece of text -> its FTS5 tokens
         self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
         self._learnt: set[bytes] = set()  # digests of texts whose every piece is in ``_pieces``
@@ -255,6 +284,8 @@ class PrunedText:
         self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str
     ) -> list[tuple[str, str, float]]:
         """(id, parent, BM25) of the org's rows among ``rowids``, scored as FTS5's bm25() scores them."""
+        if stats.rows <= _RESIDENT_SCOPE:
+            return self._score_resident(table, found, stats, rowids, org=org)
         idf = [_idf(stats.rows, stats.df[term]) for term in found]  # in the order of the query's phrases
         content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
         columns = [_ARRAY % c for c in ("c.id", f"c.{table.parent}", "hex(d.sz)", *table.texts.split(", "))]
@@ -283,19 +314,57 @@ class PrunedText:
                     frequencies.add(text, weight, freqs, r * count)
         if plain:
             frequencies.scan(texts, plain, freqs)
-        # bm25(): the same operations in the same order, a row at a time in each array's lanes (a phrase
-        # absent from a row adds exactly 0.0)
-        import numpy as np  # here, not at the top: the store commands of the CLI open a store without numpy
+        lengths = [_size(bytes.fromhex(s)) for s in sizes]
+        return list(zip(ids, parents, _bm25(freqs, rows, idf, lengths, stats.average_length)))
 
-        k1, b, average = _K1, _B, stats.average_length
-        lengths = np.fromiter((_size(bytes.fromhex(s)) for s in sizes), dtype=np.float64, count=rows)
-        norm = k1 * (1 - b + b * lengths / average)
-        matrix = np.array(freqs, dtype=np.float64).reshape(rows, count)
-        scores = np.zeros(rows, dtype=np.float64)
-        for i in range(count):
-            f = matrix[:, i]
-            scores = scores + idf[i] * ((f * (k1 + 1.0)) / (f + norm))
-        return list(zip(ids, parents, scores.tolist()))
+    def _score_resident(
+        self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str
+    ) -> list[tuple[str, str, float]]:
+        """:meth:`_score` for an org holding few rows of the kind (the sample org, an evaluation set, most orgs
+        of a shared file): each row is read and tokenised once while the index is unchanged, then every
+        search scores it from its token counts, without reading or scanning its text again. The same
+        frequencies (whole numbers times the column weights: exact in any order), the same arithmetic."""
+        resident = self._resident.get(table.fts)
+        if resident is None or resident.key != stats.key or resident.tokens > _RESIDENT_TOKENS:
+            resident = self._resident[table.fts] = _Resident(stats.key)
+        missing = [r for r in rowids if r not in resident.rows]
+        if missing:
+            self._read_rows(table, missing, resident)
+        rows = [row for r in rowids if (row := resident.rows[r]) is not None and row.org == org]
+        phrases = [self._tokens(term) for term in found]
+        freqs = [
+            (row.frequency.get(phrase[0], 0.0) if len(phrase) == 1 else
+             sum(weight * _occurrences(tokens, phrase) for weight, tokens in row.columns) if phrase else 0.0)
+            for row in rows for phrase in phrases
+        ]  # fmt: skip
+        idf = [_idf(stats.rows, stats.df[term]) for term in found]
+        scores = _bm25(freqs, len(rows), idf, [row.length for row in rows], stats.average_length)
+        return [(row.id, row.parent, score) for row, score in zip(rows, scores)]
+
+    def _read_rows(self, table: _Table, rowids: list[int], resident: _Resident) -> None:
+        """Read, tokenise and keep the rows ``rowids`` of ``table`` (any org's: each is scored for its own)."""
+        content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
+        columns = [_ARRAY % c for c in ("c.rowid", "c.id", f"c.{table.parent}", "c.org", "hex(d.sz)", *table.texts.split(", "))]
+        read = [json.loads(v) for v in self._query(
+            f"SELECT {', '.join(columns)} FROM {table.content} c JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
+            f"WHERE c.rowid IN (SELECT value FROM json_each(?))",
+            [json.dumps(rowids)],
+        )[0]]  # fmt: skip
+        texts_of = read[5:]
+        self.learn([t or "" for column in texts_of for t in column])
+        known = self._pieces
+        for r, (rowid, item, parent, org, size) in enumerate(zip(*read[:5])):
+            columns_read: list[tuple[float, tuple[str, ...]]] = []
+            frequency: dict[str, float] = {}
+            for weight, column in zip(table.weights, texts_of):
+                tokens = tuple(t for piece in _pieces(column[r] or "") for t in (known[piece] if piece in known else (piece,)))
+                for token in tokens:
+                    frequency[token] = frequency.get(token, 0.0) + weight
+                columns_read.append((weight, tokens))
+                resident.tokens += len(tokens)
+            resident.rows[rowid] = _Row(item, parent, org, _size(bytes.fromhex(size)), frequency, tuple(columns_read))
+        for rowid in rowids:
+            resident.rows.setdefault(rowid, None)  # no content or size row: not in the table
 
     # -- statistics --------------------------------------------------------------------------------
     def sole(self, kind: str, org: str) -> bool:
@@ -523,6 +592,28 @@ def _pieces(text: str) -> list[str]:
     if text.isascii():
         return [p for p in _SEPARATORS.split(text.lower()) if p]
     return [p.lower() if p.isascii() else p for p in _SEPARATORS.split(text) if p]
+
+
+def _bm25(freqs: list[float], rows: int, idf: list[float], lengths: list[int], average: float) -> list[float]:
+    """bm25() of ``rows`` rows: row r's weighted frequency of phrase i at ``freqs[r * len(idf) + i]``. The same
+    operations in the same order as FTS5, a row at a time in each array's lanes (a phrase absent from a row
+    adds exactly 0.0), so the same bits."""
+    import numpy as np  # here, not at the top: the store commands of the CLI open a store without numpy
+
+    k1, b = _K1, _B
+    norm = k1 * (1 - b + b * np.array(lengths, dtype=np.float64) / average)
+    matrix = np.array(freqs, dtype=np.float64).reshape(rows, len(idf))
+    scores = np.zeros(rows, dtype=np.float64)
+    for i in range(len(idf)):
+        f = matrix[:, i]
+        scores = scores + idf[i] * ((f * (k1 + 1.0)) / (f + norm))
+    return scores.tolist()
+
+
+def _occurrences(tokens: tuple[str, ...], phrase: tuple[str, ...]) -> int:
+    """How often ``phrase`` (two or more tokens) occurs in ``tokens`` as consecutive tokens (overlaps count)."""
+    first, size = phrase[0], len(phrase)
+    return sum(1 for at in range(len(tokens) - size + 1) if tokens[at] == first and tokens[at : at + size] == phrase)
 
 
 def _digits(piece: str) -> bool:
