@@ -287,15 +287,7 @@ class PrunedText:
         if stats.rows <= _RESIDENT_SCOPE:
             return self._score_resident(table, found, stats, rowids, org=org)
         idf = [_idf(stats.rows, stats.df[term]) for term in found]  # in the order of the query's phrases
-        content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
-        columns = [_ARRAY % c for c in ("c.id", f"c.{table.parent}", "hex(d.sz)", *table.texts.split(", "))]
-        # one row of JSON arrays, not a row per candidate: thousands of tuples a search would wake the
-        # garbage collector, which then walks the whole process
-        read = [json.loads(v) for v in self._query(
-            f"SELECT {', '.join(columns)} FROM {table.content} c JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
-            f"WHERE c.rowid IN (SELECT value FROM json_each(?)) AND +c.org = ?",  # by rowid, not the org index
-            [json.dumps(rowids), org],
-        )[0]]  # fmt: skip
+        read = self._read(table, rowids, ("c.id", f"c.{table.parent}", "hex(d.sz)"), org=org)
         ids, parents, sizes, texts_of = read[0], read[1], read[2], read[3:]
         weights, count, rows = table.weights, len(found), len(ids)
         frequencies = _Frequencies(self, [self._tokens(t) for t in found], [t or "" for column in texts_of for t in column])
@@ -341,23 +333,36 @@ class PrunedText:
         scores = _bm25(freqs, len(rows), idf, [row.length for row in rows], stats.average_length)
         return [(row.id, row.parent, score) for row, score in zip(rows, scores)]
 
+    def _read(self, table: _Table, rowids: list[int], fields: tuple[str, ...], *, org: str | None = None) -> list[list[Any]]:
+        """``fields`` of the rows ``rowids`` (of their content row ``c`` and FTS5 size row ``d``), then their
+        indexed texts column by column: one list per field, in one row of JSON arrays, not a row per
+        candidate (thousands of tuples a search would wake the garbage collector, which then walks the whole
+        process). With ``org``, that org's rows alone."""
+        content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
+        columns = [_ARRAY % c for c in (*fields, *table.texts.split(", "))]
+        owned = " AND +c.org = ?" if org is not None else ""  # by rowid, not the org index
+        return [json.loads(v) for v in self._query(
+            f"SELECT {', '.join(columns)} FROM {table.content} c JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
+            f"WHERE c.rowid IN (SELECT value FROM json_each(?)){owned}",
+            [json.dumps(rowids), *([org] if org is not None else [])],
+        )[0]]  # fmt: skip
+
+    def token_sequence(self, pieces: list[str]) -> tuple[str, ...]:
+        """The FTS5 tokens of a text's ``pieces`` in order (a piece not learnt is digits: its own token, see
+        :meth:`learn`)."""
+        known = self._pieces
+        return tuple(t for piece in pieces for t in (known[piece] if piece in known else (piece,)))
+
     def _read_rows(self, table: _Table, rowids: list[int], resident: _Resident) -> None:
         """Read, tokenise and keep the rows ``rowids`` of ``table`` (any org's: each is scored for its own)."""
-        content = "" if table.texts.startswith("c.") else f" JOIN {table.fts}_content x ON x.id = c.rowid"
-        columns = [_ARRAY % c for c in ("c.rowid", "c.id", f"c.{table.parent}", "c.org", "hex(d.sz)", *table.texts.split(", "))]
-        read = [json.loads(v) for v in self._query(
-            f"SELECT {', '.join(columns)} FROM {table.content} c JOIN {table.fts}_docsize d ON d.id = c.rowid{content} "
-            f"WHERE c.rowid IN (SELECT value FROM json_each(?))",
-            [json.dumps(rowids)],
-        )[0]]  # fmt: skip
+        read = self._read(table, rowids, ("c.rowid", "c.id", f"c.{table.parent}", "c.org", "hex(d.sz)"))
         texts_of = read[5:]
         self.learn([t or "" for column in texts_of for t in column])
-        known = self._pieces
         for r, (rowid, item, parent, org, size) in enumerate(zip(*read[:5])):
             columns_read: list[tuple[float, tuple[str, ...]]] = []
             frequency: dict[str, float] = {}
             for weight, column in zip(table.weights, texts_of):
-                tokens = tuple(t for piece in _pieces(column[r] or "") for t in (known[piece] if piece in known else (piece,)))
+                tokens = self.token_sequence(_pieces(column[r] or ""))
                 for token in tokens:
                     frequency[token] = frequency.get(token, 0.0) + weight
                 columns_read.append((weight, tokens))
@@ -496,7 +501,7 @@ class _Frequencies:
 
     def __init__(self, search: PrunedText, phrases: list[tuple[str, ...]], texts: list[str]) -> None:
         search.learn(texts)
-        self._known = search._pieces
+        self._search = search
         self._multi = [(i, p) for i, p in enumerate(phrases) if len(p) > 1]
         # In ASCII text every piece is one token: a phrase of several tokens is one of the pieces holding its
         # first token, then separators, then one holding its second, and so on (every piece of the texts is
@@ -578,13 +583,9 @@ class _Frequencies:
     def add_phrases(self, pieces: list[str], weight: float, freq: list[float], base: int = 0) -> None:
         """Add ``weight`` times each phrase of several tokens found in a text (its ``pieces``): consecutive
         tokens (an unlearnt piece is digits, its own token: see learn)."""
-        known = self._known
-        tokens = [t for piece in pieces for t in (known[piece] if piece in known else (piece,))]
+        tokens = self._search.token_sequence(pieces)
         for i, phrase in self._multi:
-            size = len(phrase)
-            for start in range(len(tokens) - size + 1):
-                if tokens[start] == phrase[0] and tuple(tokens[start : start + size]) == phrase:
-                    freq[base + i] += weight
+            freq[base + i] += weight * _occurrences(tokens, phrase)
 
 
 def _pieces(text: str) -> list[str]:
