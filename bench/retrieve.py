@@ -14,7 +14,8 @@ from bench/corpus.py embedded once with the real model (in batches; the vectors 
 ``--cache`` beside the built store, which later runs reuse). Brief calls about that contact, each with
 a new question, alternate with the query embedding timed alone, so machine load weighs on both alike.
 With ``--json`` it prints one line: ``brief_p50_ms``, ``brief_p95_ms``, ``embed_p50_ms`` (the query
-embedding alone, same run), ``cold_first_call_ms`` (a new process opens the store and makes one call:
+embedding alone, same run), ``brief_cpu_p50_ms`` (the CPU time the process spent in a call, all its threads:
+the model's idle threads included), ``cold_first_call_ms`` (a new process opens the store and makes one call:
 the store's files are mapped, the model loaded and the call answered), the time spent per step, the
 recall@10 of the record's vector search against exact search, and the load average before and after.
 
@@ -379,17 +380,18 @@ def one_record(args: argparse.Namespace) -> dict:
         for q in questions[:10]:  # warm up
             engine.retrieve({"mode": "brief", "record": ONE_RECORD, "message": q}, org="northwind", caller="ana")
         timers = Timers(engine)
-        totals, embeds, steps = [], [], defaultdict(list)
+        totals, embeds, cpus, steps = [], [], [], defaultdict(list)
         try:
             for q, other in zip(questions[10:], alone):
                 started = time.perf_counter()
                 embedder.embed_query(other)
                 embeds.append((time.perf_counter() - started) * 1000)
                 timers.take()
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 engine.retrieve({"mode": "brief", "record": ONE_RECORD, "message": q, "budget": {"totalTokens": 8000}},
                                 org="northwind", caller="ana")  # fmt: skip
                 totals.append((time.perf_counter() - started) * 1000)
+                cpus.append((time.process_time() - cpu) * 1000)
                 took = timers.take()
                 for s in STEPS:
                     steps[s].append(took.get(s, 0.0))
@@ -400,6 +402,7 @@ def one_record(args: argparse.Namespace) -> dict:
     out.update(
         calls=len(totals), brief_p50_ms=round(statistics.median(totals), 2), brief_p95_ms=round(percentile(totals, 0.95), 2),
         embed_p50_ms=round(statistics.median(embeds), 2), embed_p95_ms=round(percentile(embeds, 0.95), 2),
+        brief_cpu_p50_ms=round(statistics.median(cpus), 2),
         steps_p50_ms={s: round(statistics.median(v), 2) for s, v in steps.items()},
         steps_p95_ms={s: round(percentile(v, 0.95), 2) for s, v in steps.items()},
         load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)], cores=len(os.sched_getaffinity(0)),

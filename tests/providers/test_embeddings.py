@@ -106,6 +106,15 @@ def test_a_subclass_needs_only_embed_batch() -> None:
     assert Constant().embed_query("xy").tolist() == [2, 1]
 
 
+def test_the_model_threads_stop_spinning_when_a_run_ends() -> None:
+    # onnxruntime's threads otherwise spin on for tens of milliseconds after each run: a core of the
+    # machine's few taken from the rest of the call (see docs/scaling.md, "The model's idle threads")
+    model = OnnxMiniLM(threads=2)
+    for session in (model._query_session, model._batch_session):
+        assert session.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
+    assert model.embed_query("still the same vector").shape == (384,)
+
+
 def test_query_vectors_do_not_depend_on_their_batch(embedder: OnnxMiniLM) -> None:
     questions = ["What discount applies?", "Who approves refunds above 500 EUR?", "SSO", "Is NW-EDU-40 a course?"]
     alone = np.stack([embedder.embed_query(q) for q in questions])

