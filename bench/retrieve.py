@@ -32,7 +32,8 @@ Every timed question is unique (a numbered suffix), so the engine's query-embedd
 hits and each call pays for one embedding. Prints, per org and depth (``standard`` then ``fast``),
 the p50/p95 of the whole call and, measured inside the same calls, of the query embedding, the
 store's vector searches (split by kind), its full-text searches, its recent-memories read and the
-rest (layers, pydantic models, other store reads). It also prints the query embedding timed alone
+rest (layers, pydantic models, other store reads), and the CPU time the process spent in a call (all its
+threads, idle threads that spin included). It also prints the query embedding timed alone
 and the first (cold) call, which builds the in-memory vector index of the org's sections. Five untimed
 calls warm up first; calls that are the first for a record group still read its vectors from SQLite
 (they show in p95 and max). The load average is printed at the start and end: other processes on the
@@ -156,10 +157,12 @@ def run(engine: dossier.Engine, timers: Timers, org: str, caller: str, records: 
     totals: list[float] = []
     steps: dict[str, list[float]] = {s: [] for s in STEPS}
     items, embedded = 0, []
+    cpus: list[float] = []
     for request in requests[5:]:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         response = engine.retrieve(request, org=org, caller=caller)
         totals.append((time.perf_counter() - started) * 1000)
+        cpus.append((time.process_time() - cpu) * 1000)
         took = timers.take()
         for s in STEPS:
             steps[s].append(took.get(s, 0.0))
@@ -180,6 +183,7 @@ def run(engine: dossier.Engine, timers: Timers, org: str, caller: str, records: 
         print(line(f"    {kind} full text", steps[f"fulltext:{kind}"]))
     print(line("  recent memories", steps["recent"]))
     print(line("  rest (layers, models, reads)", steps["rest"]))
+    print(line("CPU per call (all threads)", cpus))
 
 
 def embed_alone(embedder: OnnxMiniLM, pool: list[str], calls: int, seen: set[str], rng: random.Random) -> None:

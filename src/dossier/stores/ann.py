@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from .vector_index import similarities
+
 #: HNSW parameters. ``EF_SEARCH`` 200: at 1M memories (bench/scale.py) 64 gave recall@10 0.963 against
 #: exact search (a text repeated a dozen times makes a cluster of identical vectors the search can miss);
 #: PostgreSQL's store uses 200 for the same reason (docs/scaling.md). ``EXPANSION_ADD`` 64 is pgvector's
@@ -106,7 +108,7 @@ class AnnIndex:
             ask = min(size, ask * 2)
         if self.extra:
             labels, matrix = self._extra_rows()
-            sims = matrix @ query
+            sims = similarities(matrix, query)
             top = np.argsort(-sims)[:count]
             found.extend((1.0 - float(sims[i]), int(labels[i])) for i in top)
         found.sort()

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .ann import AnnIndexes
-from .vector_index import VectorIndex, exact_search_blocks
+from .vector_index import VectorIndex, exact_search_blocks, similarities
 
 Found = list[tuple[str, str, float]]  # (key, parent, similarity), best first
 _MAX_FETCH = 8192  # neighbours asked of the ANN index for a parents' search before it falls back to exact
@@ -130,7 +130,7 @@ class SQLiteVectors:
             labels = index.nearest(query, fetch)
         if not hits:
             return []
-        sims = index.vectors([h[0] for h in hits]) @ query
+        sims = similarities(index.vectors([h[0] for h in hits]), query)
         order = sorted(range(len(hits)), key=lambda i: (-float(sims[i]), hits[i][1]))[:limit]
         return [(hits[i][1], hits[i][2], float(sims[i])) for i in order]
 
