@@ -23,7 +23,11 @@ the load average before and after. The first ``--warmup`` questions (each term's
 frequency is counted then) are not counted. Where other orgs' rows share the table
 (``other_orgs_in_table``), FTS5's bm25() counts them in its statistics and the store does not (its
 statistics are each org's own, docs/scaling.md): the scores then differ by design (``scores_exact`` and
-``best_equal`` near 0), and the times and the overlap of ids are what to read.
+``best_equal`` near 0), and the times and the overlap of ids are what to read; or compare with the
+store's own complete ranking over the org's statistics (``--reference store``: the store unpruned),
+which is what pruning there gives up:
+
+    python bench/fulltext.py DIR/one-record-20000.db --org northwind --scope record:rec-jane --reference store
 """
 
 from __future__ import annotations
@@ -107,9 +111,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--limit", type=int, help="hits per search (default: 100 for memories, 30 for sections)")
     parser.add_argument("--line", type=int, default=30_000, help="the store's text_prune_rows")
+    parser.add_argument("--shared-line", type=int, default=5_000,
+                        help="the store's shared_text_prune_rows (its line where other orgs share the table)")
+    parser.add_argument("--reference", choices=("fts5", "store"), default="fts5",
+                        help="the complete ranking to compare with: FTS5's bm25() (default), or the store's own, "
+                             "unpruned (the right one where other orgs share the table)")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    store = SQLiteStore(args.store, text_prune_rows=args.line)
+    store = SQLiteStore(args.store, text_prune_rows=args.line, shared_text_prune_rows=args.shared_line)
+    unpruned = SQLiteStore(args.store, text_prune_rows=10**9, shared_text_prune_rows=10**9)
     db = sqlite3.connect(f"file:{args.store}?mode=ro", uri=True, isolation_level=None)
     kind, within = parents(db, args.org, args.scope)
     slots = None if within is None else store._slots(kind, args.org, within)
@@ -127,6 +137,8 @@ def main() -> None:
             started = time.perf_counter()
             if way == "store":
                 got[way] = [(h.id, h.parent, h.score) for h in store.search_text(kind, question, org=args.org, limit=limit, parents=within)]
+            elif args.reference == "store":
+                got[way] = [(h.id, h.parent, h.score) for h in unpruned.search_text(kind, question, org=args.org, limit=limit, parents=within)]
             else:
                 got[way] = complete(db, kind, question, args.org, limit, slots)
             if n >= args.warmup:
@@ -139,14 +151,17 @@ def main() -> None:
         ids.append(len({h[0] for h in mine} & {h[0] for h in reference}) / len(reference))
         tied.append(sum(1 for h in mine if h[2] >= reference[-1][2]) / len(reference))
         best += bool(mine) and mine[0][2] == reference[0][2]
-        scores = {h[0]: h[2] for h in complete(db, kind, question, args.org, 2000, slots)}
+        scores = {h[0]: h[2] for h in (
+            complete(db, kind, question, args.org, 2000, slots) if args.reference == "fts5" else
+            [(h.id, h.parent, h.score) for h in unpruned.search_text(kind, question, org=args.org, limit=2000, parents=within)]
+        )}  # fmt: skip
         for h in mine:
             if h[0] in scores:
                 checked += 1
                 exact += h[2] == scores[h[0]]
     out = {
         "store": args.store, "org": args.org, "scope": args.scope, "kind": kind, "parents": len(within or []),
-        "scope_rows": store._text.scope_rows(kind, 10**9, org=args.org, slots=slots), "line": args.line, "limit": limit,
+        "scope_rows": store._text.scope_rows(kind, 10**9, org=args.org, slots=slots), "line": args.line, "shared_line": args.shared_line, "reference": args.reference, "limit": limit,
         "questions": len(times["store"]),
         **{f"{way}_p50_ms": round(statistics.median(v), 2) for way, v in times.items()},
         **{f"{way}_p95_ms": round(percentile(v, 0.95), 2) for way, v in times.items()},
@@ -158,6 +173,7 @@ def main() -> None:
     }  # fmt: skip
     print(json.dumps(out))
     store.close()
+    unpruned.close()
 
 
 if __name__ == "__main__":

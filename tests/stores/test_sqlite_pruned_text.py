@@ -240,7 +240,7 @@ def test_pruned_search_puts_the_rare_terms_rows_first(large: Path, kind: TextKin
 
 @pytest.mark.parametrize("line", [1000, 30_000])
 def test_another_orgs_rows_never_come_back(large: Path, line: int) -> None:
-    store = SQLiteStore(large, text_prune_rows=line)  # pruned (1,000) or complete (30,000)
+    store = SQLiteStore(large, text_prune_rows=line, shared_text_prune_rows=line)  # pruned (1,000) or complete (30,000)
     try:
         for org in ("a", "b"):
             searches: list[tuple[TextKind, list[str] | None]] = [("memory", None), ("memory", [f"{org}-big"]), ("section", None)]
@@ -254,6 +254,31 @@ def test_another_orgs_rows_never_come_back(large: Path, line: int) -> None:
             assert store.search_text("memory", f"{RARE} renewal", org=org, limit=10, parents=["b-big" if org == "a" else "a-big"]) == []
     finally:
         store.close()
+
+
+def test_a_table_other_orgs_share_is_pruned_from_the_shared_line(large: Path, tmp_path: Path) -> None:
+    """Where another org's rows share the table, a scope of 5,000 rows or more is pruned (the complete ranking
+    would be computed in Python, reading every match); an org alone in its table keeps FTS5's complete
+    ranking up to 30,000 rows. Either way the rare word's rows come first, scored as bm25() scores them."""
+    alone = tmp_path / "alone.db"
+    store = SQLiteStore(alone)
+    batch = WriteBatch(orgs=[Org(id="a")])
+    batch.memories += _memories("a", "a-big", 6000, random.Random(5), rare=8)
+    store.write(batch)
+    store.close()
+    query = f"Which {RARE} renewal discount?"
+    for path, pruned in ((large, True), (alone, False)):
+        store = SQLiteStore(path)
+        asked: list[bool] = []
+        search = store._text.search
+        store._text.search = lambda *a, **k: asked.append(k["prune"]) or search(*a, **k)  # type: ignore[method-assign]
+        try:
+            got = store.search_text("memory", query, org="a", limit=10, parents=["a-big"])
+            assert asked == ([True] if pruned else [])  # alone: FTS5's own bm25(), not the Python scorer
+            complete = _complete(path, "memory", query, org="a", limit=8, parents=["a-big"])
+            assert got[:8] == complete
+        finally:
+            store.close()
 
 
 def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:

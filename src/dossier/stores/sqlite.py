@@ -49,17 +49,22 @@ class SQLiteStore:
         ann_compact_after: int = 5_000,
         vector_cache_bytes: int = 256 << 20,
         text_prune_rows: int = 30_000,
+        shared_text_prune_rows: int = 5_000,
     ) -> None:
         """``hnsw_min_rows``: org-wide searches of an org and kind with this many vectors ask the ANN index.
         ``ann_min_rows``: an org and kind this large gets its persisted ANN index (built by the write that
         crosses it), and parents holding this many rows (and a sixteenth of the org's) search it too.
         ``ann_compact_after``: logged changes folded into a new index file by the write that reaches it.
         ``text_prune_rows``: a full-text search over a scope this large (the org's rows of a kind, or the
-        given parents') is pruned by IDF (``stores/sqlite_fulltext.py``); below it the ranking is complete."""
+        given parents') is pruned by IDF (``stores/sqlite_fulltext.py``); below it the ranking is complete.
+        ``shared_text_prune_rows``: the line instead, where other orgs' rows share the table: the complete
+        ranking is then computed in Python over the org's own statistics, reading every matching row (at
+        20,000 rows about five times a pruned search), so pruning pays from fewer rows."""
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.hnsw_min_rows = hnsw_min_rows
         self.text_prune_rows = text_prune_rows
+        self.shared_text_prune_rows = shared_text_prune_rows
         self._lock = threading.RLock()
         try:
             self._db = connect(self.path)
@@ -451,13 +456,13 @@ class SQLiteStore:
         self, kind: str, query: str, match: str, fts: str, table: str, alias: str, column: str, weights: str, *,
         org: str, limit: int, parents: Sequence[str] | None,
     ) -> list[Hit]:
-        line = self.text_prune_rows
-        if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
-            return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True)
         # FTS5's bm25() weighs each term by its frequency in the whole table, every org's rows included, so
         # it ranks by itself only where the org is alone in the table; otherwise the same BM25 is computed
         # over the org's own rows (sqlite_fulltext.PrunedText), and nothing another org holds moves a score
         sole = self._text.sole(kind, org)
+        line = self.text_prune_rows if sole else min(self.text_prune_rows, self.shared_text_prune_rows)
+        if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
+            return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True)
         rank = f"bm25({fts}{', ' + weights if weights else ''})"
         # CROSS JOIN keeps the full-text table outside: probing it once per content row would run the whole
         # match (and bm25's statistics) again for every row
