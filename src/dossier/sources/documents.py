@@ -115,22 +115,11 @@ class DocumentsSource:
         vector_hits, text_hits = vector_hits or [], text_hits or []
         found.decide("documents", detail={"vector_candidates": len(vector_hits), "text_candidates": len(text_hits)})
         candidates = self._fuse(query, tools, found, vector_hits, text_hits)
-        adapter = self._adapter(tools, found)
-        if adapter is not None and any(c.lexical_only for c in candidates):
-            # both scorings in one pass over the candidates' documents (the adapted one needs every candidate's
-            # documents, which hold the lexical-only ones'); kept candidates are a subset of these
-            adapted = self._score_within_documents(query, tools, found, candidates, vector, adapter)
-            adapter = None
-        else:
-            adapted = False
-            self._score_lexical_only(query, tools, found, candidates, vector)
+        self._score_lexical_only(query, tools, found, candidates, vector)
         if failed_vectors:
             self._rank_by_meaning(candidates)
         kept = self._apply_filters(query, tools, found, candidates, filters)
-        if adapter is not None:
-            self._adapt(query, tools, found, kept, vector, adapter, limit=500)
-        elif adapted and kept:
-            found.decide("documents", detail={"adapter": "sections"})
+        self._adapt(query, tools, found, kept, vector, limit=500)
         return kept
 
     @staticmethod
@@ -207,31 +196,6 @@ class DocumentsSource:
             c.score = scores.get(c.section_id, 0.0)
 
     @staticmethod
-    def _score_within_documents(query: SourceQuery, tools: SourceTools, found: Found, candidates: list[SectionCandidate],
-                                vector, adapter: adapters.QueryAdapter) -> bool:  # fmt: skip
-        """:meth:`_score_lexical_only` and :meth:`_adapt` in one search of the candidates' documents: the
-        question's vector and its adapted one, each candidate scored by both within the same sections (the
-        best ``max(500, candidates)`` of them, which is every section wherever the candidates' documents hold
-        no more). A failure leaves both scores unknown, as each failing alone would. True when the adapted
-        scores were set."""
-        documents = sorted({c.document_id for c in candidates})
-        both = guarded(
-            found, "documents",
-            lambda: tools.store.search_vectors_many("section", [vector, adapter.apply(vector)], org=query.org,
-                                                    limit=max(500, len(candidates)), parents=documents),
-            what="scoring candidates within their documents",
-        )  # fmt: skip
-        plain, adapted = ({h.id: h.score for h in hits} for hits in both) if both is not None else ({}, None)
-        for c in candidates:
-            if c.lexical_only:
-                c.score = plain.get(c.section_id, 0.0)
-        if adapted is None:
-            return False
-        for c in candidates:
-            c.adapted = adapted.get(c.section_id)
-        return True
-
-    @staticmethod
     def _rank_by_meaning(candidates: list[SectionCandidate]) -> None:
         """The org-wide vector search failed: the full-text candidates, scored by meaning within their
         documents, get the vector ranks that search would have given them among themselves, so that the
@@ -305,27 +269,21 @@ class DocumentsSource:
                 c.text_score = text_score.get(c.section_id, 0.0)
             candidates.sort(key=lambda c: (-c.fused, -c.score, c.section_id))
             found.decide("documents", backend="hybrid" if words else "vector", detail={"ranked": True})
-            adapter = self._adapter(tools, found)
-            if adapter is not None:
-                self._adapt(query, tools, found, candidates, vector, adapter, limit=len(candidates))
+            self._adapt(query, tools, found, candidates, vector, limit=len(candidates))
         return candidates
 
     @staticmethod
-    def _adapter(tools: SourceTools, found: Found) -> adapters.QueryAdapter | None:
-        """The sections' query adapter for the store's model; where none fits, the route says why and the
-        ranker's adapted-cosine feature is the plain cosine."""
+    def _adapt(query: SourceQuery, tools: SourceTools, found: Found, candidates: list[SectionCandidate], vector, *,
+               limit: int) -> None:  # fmt: skip
+        """Each candidate's cosine to the adapted query (a ranker feature), searched within the candidates'
+        documents; where no adapter fits the store's model the route says why and the feature is the plain cosine."""
+        if not candidates:
+            return
         embedder = tools.embedder()
         try:
-            return adapters.load("sections", embedder.model_id, embedder.dimensions)
+            adapter = adapters.load("sections", embedder.model_id, embedder.dimensions)
         except adapters.AdapterUnavailable as exc:
             found.decide("documents", detail={"adapter": f"none: {exc}"})
-            return None
-
-    @staticmethod
-    def _adapt(query: SourceQuery, tools: SourceTools, found: Found, candidates: list[SectionCandidate], vector,
-               adapter: adapters.QueryAdapter, *, limit: int) -> None:  # fmt: skip
-        """Each candidate's cosine to the adapted query (a ranker feature), searched within the candidates' documents."""
-        if not candidates:
             return
         documents = sorted({c.document_id for c in candidates})
         hits = guarded(
