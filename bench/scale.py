@@ -32,7 +32,7 @@ What it does, per level (memories; sections are a tenth of them, capped at 100,0
 3. Times ``brief`` calls (a contact's email, a question from corpus.question; query embedding
    included; each question distinct, so the query cache never hits): p50 and p95 over ``--calls``
    after ``--warmup`` calls that are not counted (the server's buffers and the store's caches fill),
-   with the time spent in the store's vector and full-text searches.
+   with the time spent in the store's vector and full-text searches and in reading the candidates' documents.
    Then a new process opens the store and answers one call: ``new_process_first_answer_s`` (imports,
    model, the SQLite store mapping its saved ANN index files) is what a restart costs.
 4. Measures recall@10 of the vector step (``search_vectors`` without parents, memories and sections)
@@ -295,12 +295,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class StepTimer:
-    """Sums the time a call spends in the store's searches."""
+    """Sums the time a call spends in the store's searches (and reading its candidates' documents)."""
 
     def __init__(self, store: Any) -> None:
         self.spent: dict[str, float] = defaultdict(float)
         local = threading.local()  # whether this thread is inside a timed method (counted there)
-        for name in ("search_vectors", "search_vectors_many", "search_text", "recent_memories", "edges_around"):
+        for name in ("search_vectors", "search_vectors_many", "search_text", "recent_memories", "edges_around", "get_documents"):
             inner = getattr(store, name)
             step = "search_vectors" if name == "search_vectors_many" else name
 
@@ -339,7 +339,7 @@ def brief_latency(engine: Engine, emails: list[str], calls: int, warmup: int, se
                 errors[f"{name}: {source.error}"] += 1
         if n >= warmup:  # warm-up calls are not counted
             totals.append(elapsed)
-            for name in ("search_vectors", "search_text", "recent_memories", "edges_around"):
+            for name in ("search_vectors", "search_text", "recent_memories", "edges_around", "get_documents"):
                 steps[name].append(timer.spent.get(name, 0.0))
     out: dict[str, Any] = {"calls": len(totals), "p50_ms": round(statistics.median(totals), 2),
                            "p95_ms": round(percentile(totals, 0.95), 2), "errors": dict(errors)}  # fmt: skip
