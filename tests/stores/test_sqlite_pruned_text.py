@@ -347,3 +347,33 @@ def test_the_shortest_rows_are_ordered_by_their_token_count_across_varint_sizes(
         assert shortest(TABLES["memory"], [*rowids, 10**9], 2) == [10**9, by_tokens[0]]  # no size recorded: 0 tokens
     finally:
         store.close()
+
+
+def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path) -> None:
+    """FTS5's index holds every org's rows: a match reads a word's postings across orgs before keeping the
+    org's own, so its cost would grow with what other orgs hold (a timing channel). A small org's searches,
+    org-wide and among parents, and its word counts read the org's own rows instead: no statement matches
+    the shared index, and the answers are the ones FTS5's bm25() gives over the org alone."""
+    rng = random.Random(5)
+    path = tmp_path / "shared.db"
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    batch.documents += _documents("a", 12, rng, rare=2) + _documents("b", 400, rng, rare=400)  # b: the rare word everywhere
+    batch.memories += _memories("a", "a-r", 40, rng, rare=2) + _memories("b", "b-r", 2000, rng, rare=2000)
+    store.write(batch)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    try:
+        for query in QUESTIONS:
+            for kind, parents in (("section", None), ("memory", None), ("memory", ["a-r"]), ("section", ["a-d0", "a-d3"])):
+                statements.clear()
+                hits = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                shared = [s for s in statements if "MATCH" in s and ("sections_fts" in s or "memories_fts" in s)]
+                assert not shared, (kind, query, parents)
+                assert all(h.id.startswith("a-") for h in hits)
+                expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
+        assert store.search_text("section", RARE, org="a", limit=10)  # the word both orgs hold is found in a's rows
+    finally:
+        store._db.set_trace_callback(None)
+        store.close()

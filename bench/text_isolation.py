@@ -1,0 +1,106 @@
+"""Whether one org's full-text search takes longer when another org in the same SQLite file holds the word.
+
+Reproduce (from the repository root):
+
+    python bench/text_isolation.py                       # 5,000 documents of 8 sections in the other org
+    python bench/text_isolation.py --other-documents 20000 --searches 400
+
+Builds two SQLite files in a temporary directory, each with two orgs: ``a`` (40 documents of 5 sections,
+one of them holding the word "zanzibar", and one record of 40 memories, one holding it) and ``b``
+(``--other-documents`` documents of 8 sections and as many memories). In the first file every section and
+memory of ``b`` holds the word; in the second none does (another word in its place, the same lengths).
+Then times ``search_text`` of org ``a`` for the word: org-wide over sections, and among the record's
+memories, ``--searches`` times each, and prints one JSON line with the p50 of each search in each file,
+their ratio (``with / without``) and the load average. The hits must be the same in both files.
+
+FTS5's index is one for every org in a file: a search that matched the shared index read the word's
+postings across orgs before keeping the org's own rows, so its cost grew with what the other org holds (a
+timing channel between orgs). A small org's searches now read its own rows alone (docs/retrieve.md,
+"What one org can learn of another"): the ratio should be near 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from dossier.bundle import Document, Memory, Org, Section
+from dossier.stores.base import WriteBatch
+from dossier.stores.sqlite import SQLiteStore
+
+WORD, OTHER_WORD = "zanzibar", "quokka"
+FILLER = "discount renewal contract pricing seats approval quote refund invoice escalation".split()
+WHEN = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def build(path: Path, other_documents: int, other_holds_word: bool) -> SQLiteStore:
+    rng = random.Random(3)
+
+    def text(extra: str = "") -> str:
+        return " ".join(rng.choice(FILLER) for _ in range(12)) + extra
+
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    for d in range(40):
+        sections = tuple(Section(id=f"a-d{d}-s{s}", heading="Heading", text=text(f" {WORD}" if d == s == 0 else ""))
+                         for s in range(5))  # fmt: skip
+        batch.documents.append((Document(id=f"a-d{d}", org="a", title="Policy", sections=sections), f"a{d}"))
+    for m in range(40):
+        memory = Memory(id=f"a-m{m}", org="a", record="a-r", text=text(f" {WORD}" if m == 0 else ""), created_at=WHEN)
+        batch.memories.append((memory, f"am{m}"))
+    extra = f" {WORD if other_holds_word else OTHER_WORD}"
+    for d in range(other_documents):
+        sections = tuple(Section(id=f"b-d{d}-s{s}", heading="Heading", text=text(extra)) for s in range(8))
+        batch.documents.append((Document(id=f"b-d{d}", org="b", title="Policy", sections=sections), f"b{d}"))
+        batch.memories.append((Memory(id=f"b-m{d}", org="b", record=f"b-r{d % 50}", text=text(extra), created_at=WHEN), f"bm{d}"))
+    store.write(batch)
+    return store
+
+
+def timed(store: SQLiteStore, searches: int) -> tuple[dict[str, float], list[list[str]]]:
+    kinds = {"sections": ("section", None), "memories": ("memory", ["a-r"])}
+    out, hits = {}, []
+    for name, (kind, parents) in kinds.items():
+        times = []
+        for _ in range(searches):
+            started = time.perf_counter()
+            found = store.search_text(kind, WORD, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+            times.append((time.perf_counter() - started) * 1000)
+        out[name] = round(statistics.median(times), 4)
+        hits.append([h.id for h in found])
+    return out, hits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--other-documents", type=int, default=5000)
+    parser.add_argument("--searches", type=int, default=200)
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    results, answers = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for holds in (True, False):
+            store = build(Path(tmp) / f"holds-{holds}.db", args.other_documents, holds)
+            try:
+                results[holds], answers[holds] = timed(store, args.searches)
+            finally:
+                store.close()
+    assert answers[True] == answers[False], answers
+    report = {
+        "other_org_rows_holding_the_word": {"sections": 8 * args.other_documents, "memories": args.other_documents},
+        "p50_ms_with": results[True], "p50_ms_without": results[False],
+        "with_over_without": {k: round(results[True][k] / results[False][k], 2) for k in results[True]},
+        "hits": answers[True], "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }  # fmt: skip
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
