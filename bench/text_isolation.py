@@ -4,8 +4,9 @@ Reproduce (from the repository root):
 
     python bench/text_isolation.py                       # 5,000 documents of 8 sections in the other org
     python bench/text_isolation.py --other-documents 20000 --searches 400
+    python bench/text_isolation.py --postgres DIR      # the same on PostgreSQL (a pgserver kept under DIR)
 
-Builds two SQLite files in a temporary directory, each with two orgs: ``a`` (40 documents of 5 sections,
+Builds two SQLite files in a temporary directory (or two PostgreSQL databases), each with two orgs: ``a`` (40 documents of 5 sections,
 one of them holding the word "zanzibar", and one record of 40 memories, one holding it) and ``b``
 (``--other-documents`` documents of 8 sections and as many memories). In the first file every section and
 memory of ``b`` holds the word; in the second none does (another word in its place, the same lengths).
@@ -26,27 +27,30 @@ import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from dossier.bundle import Document, Memory, Org, Section
-from dossier.stores.base import WriteBatch
-from dossier.stores.sqlite import SQLiteStore
+sys.path.insert(0, str(Path(__file__).parent))  # bench/scale.py's pgserver, for --postgres
+
+from dossier.bundle import Document, Memory, Org, Section  # noqa: E402
+from dossier.stores.base import WriteBatch  # noqa: E402
+from dossier.stores.sqlite import SQLiteStore  # noqa: E402
 
 WORD, OTHER_WORD = "zanzibar", "quokka"
 FILLER = "discount renewal contract pricing seats approval quote refund invoice escalation".split()
 WHEN = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 
-def build(path: Path, other_documents: int, other_holds_word: bool) -> SQLiteStore:
+def build(store: Any, other_documents: int, other_holds_word: bool) -> Any:
     rng = random.Random(3)
 
     def text(extra: str = "") -> str:
         return " ".join(rng.choice(FILLER) for _ in range(12)) + extra
 
-    store = SQLiteStore(path)
     batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
     for d in range(40):
         sections = tuple(Section(id=f"a-d{d}-s{s}", heading="Heading", text=text(f" {WORD}" if d == s == 0 else ""))
@@ -64,7 +68,16 @@ def build(path: Path, other_documents: int, other_holds_word: bool) -> SQLiteSto
     return store
 
 
-def timed(store: SQLiteStore, searches: int) -> tuple[dict[str, float], list[list[str]]]:
+def open_store(postgres: str | None, tmp: str, name: str) -> Any:
+    if postgres is None:
+        return SQLiteStore(Path(tmp) / f"{name}.db")
+    from dossier.stores.postgres import PostgresStore
+    from scale import fresh_pg_database, pg_server
+
+    return PostgresStore(fresh_pg_database(pg_server(Path(postgres)).get_uri(), f"isolation_{name}"))
+
+
+def timed(store: Any, searches: int) -> tuple[dict[str, float], list[list[str]]]:
     kinds = {"sections": ("section", None), "memories": ("memory", ["a-r"])}
     out, hits = {}, []
     for name, (kind, parents) in kinds.items():
@@ -82,18 +95,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--other-documents", type=int, default=5000)
     parser.add_argument("--searches", type=int, default=200)
+    parser.add_argument("--postgres", metavar="DIR", help="measure PostgreSQL instead (a pgserver kept under DIR)")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     results, answers = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for holds in (True, False):
-            store = build(Path(tmp) / f"holds-{holds}.db", args.other_documents, holds)
+            store = build(open_store(args.postgres, tmp, f"holds_{str(holds).lower()}"), args.other_documents, holds)
             try:
                 results[holds], answers[holds] = timed(store, args.searches)
             finally:
                 store.close()
     assert answers[True] == answers[False], answers
     report = {
+        "store": "postgres" if args.postgres else "sqlite",
         "other_org_rows_holding_the_word": {"sections": 8 * args.other_documents, "memories": args.other_documents},
         "p50_ms_with": results[True], "p50_ms_without": results[False],
         "with_over_without": {k: round(results[True][k] / results[False][k], 2) for k in results[True]},

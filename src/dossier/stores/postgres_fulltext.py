@@ -22,7 +22,10 @@ thousands of rows, at some microseconds each. So, per query:
   terms only add to their scores. Only when fewer than ``limit`` rows match the rare terms are rows
   matching the others ranked too, again at most ``cap`` of them (words that common carry little
   evidence: their IDF is near zero). An org with fewer than ``cap`` rows of a kind, and any search among
-  given parents (a record's memories), gets the complete ranking.
+  given parents (a record's memories), gets the complete ranking;
+* the GIN index holds every org's rows, so a match through it reads a word's postings across orgs: an org
+  whose rows all fit its sample (``sample``, 5,000) is matched over its own rows read from the org index
+  instead, so that what other orgs hold never changes how long its searches take.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class TextSearch:
         table, parent = _TABLES[kind]
         lexeme = self._lexemes(org, found)
         rows, avg_length, df = self._statistics(org, kind, found, lexeme)
+        small = self._sample(org, kind).complete  # the org's rows of the kind are all in its sample (kept)
         idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
         # terms in half the rows or more have no weight (BM25's IDF floor) and are left out of the score
         scored = [t for t in found if idf[t] > 1e-6 and lexeme[t]] or [t for t in found if lexeme[t]][:1]
@@ -91,9 +95,13 @@ class TextSearch:
                 matched += df[term]
         common = [t for t in found if t not in rare]
         # among parents, their rows come from the (org, parent) index and are filtered by the query (OFFSET 0
-        # fences the filter off, or the planner intersects with a GIN scan of every row holding a common word)
-        fts = f"{table}_fts" if parents is None else f"(SELECT * FROM {table}_fts WHERE {scope} OFFSET 0) p"
-        fts_params = [] if parents is None else scope_params
+        # fences the filter off, or the planner intersects with a GIN scan of every row holding a common word).
+        # A small org's rows come from the org index the same way: the GIN index holds every org's rows, and a
+        # scan of it reads a word's postings across orgs before the org's own are kept, so the search would
+        # take longer the more rows of other orgs hold the word (one org timing another's vocabulary)
+        fenced = parents is not None or small
+        fts = f"(SELECT * FROM {table}_fts WHERE {scope} OFFSET 0) p" if fenced else f"{table}_fts"
+        fts_params = scope_params if fenced else []
         cap = self.cap if parents is None else 2**31 - 1  # a few parents' rows are all ranked
         # hits leave the store only if the content table (row-level security) agrees they are the org's
         visible = f"WHERE EXISTS (SELECT 1 FROM {table} c WHERE c.org = %b AND c.id = r.id) ORDER BY score DESC, id"
