@@ -377,3 +377,27 @@ def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path
     finally:
         store._db.set_trace_callback(None)
         store.close()
+
+
+def test_small_orgs_read_whole_give_their_rows_back_past_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bound on tokens kept, the orgs searched least recently give their rows back; an org
+    searched again is read whole again, with the same answers."""
+    rng = random.Random(9)
+    path = tmp_path / "two-small.db"
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    batch.documents += _documents("a", 10, rng, rare=1) + _documents("b", 10, rng, rare=1)
+    store.write(batch)
+    monkeypatch.setattr(sqlite_fulltext, "_RESIDENT_TOKENS", 300)  # less than either org's rows hold
+    try:
+        for org in ("a", "b", "a", "b"):
+            for query in QUESTIONS[:3]:
+                hits = store.search_text("section", query, org=org, limit=10)
+                expected = _complete(path, "section", query, org=org, limit=10)
+                assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (org, query)
+            resident = store._text._resident["sections_fts"]
+            assert list(resident.orgs) == [org]  # the other org gave its rows back
+            assert {row.org for row in resident.rows.values() if row is not None} == {org}
+            assert resident.tokens == sum(len(t) for row in resident.rows.values() if row is not None for _, t in row.columns)
+    finally:
+        store.close()

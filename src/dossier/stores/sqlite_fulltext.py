@@ -124,8 +124,9 @@ class _Resident:
     key: tuple
     rows: dict[int, _Row | None] = field(default_factory=dict)  # rowid -> its row (None: not in the table)
     tokens: int = 0
-    # a small org sharing the table, read whole: token -> the org's rows holding it (see PrunedText._whole_org)
-    orgs: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # the small orgs sharing the table read whole, least recently searched first: token -> the org's rows
+    # holding it, and the org's rows (see PrunedText._whole_org)
+    orgs: OrderedDict[str, tuple[dict[str, list[int]], list[int]]] = field(default_factory=OrderedDict)
 
 
 class PrunedText:
@@ -328,7 +329,7 @@ class PrunedText:
         search scores it from its token counts, without reading or scanning its text again. The same
         frequencies (whole numbers times the column weights: exact in any order), the same arithmetic."""
         resident = self._resident.get(table.fts)
-        if resident is None or resident.key != stats.key or resident.tokens > _RESIDENT_TOKENS:
+        if resident is None or resident.key != stats.key or (resident.tokens > _RESIDENT_TOKENS and not resident.orgs):
             resident = self._resident[table.fts] = _Resident(stats.key)
         missing = [r for r in rowids if r not in resident.rows]
         if missing:
@@ -437,28 +438,36 @@ class PrunedText:
     def _whole_org(self, table: _Table, stats: _Statistics, org: str) -> dict[str, list[int]]:
         """Token -> the rows of ``org`` holding it, every row of the org read and kept (:class:`_Resident`)."""
         resident = self._resident.get(table.fts)
-        if resident is None or resident.key != stats.key or resident.tokens > _RESIDENT_TOKENS:
+        if resident is None or resident.key != stats.key:
             resident = self._resident[table.fts] = _Resident(stats.key)
-        postings = resident.orgs.get(org)
-        if postings is not None:
-            return postings
+        if org in resident.orgs:
+            resident.orgs.move_to_end(org)
+            return resident.orgs[org][0]
         rowids = json.loads(self._query(f"SELECT {_ARRAY % 'rowid'} FROM {table.content} WHERE org = ?", [org])[0][0])
         missing = [r for r in rowids if r not in resident.rows]
         if missing:
             self._read_rows(table, missing, resident)
-        postings = {}
+        postings: dict[str, list[int]] = {}
         for rowid in rowids:
             row = resident.rows[rowid]
             if row is not None and row.org == org:
                 for token in row.frequency:
                     postings.setdefault(token, []).append(rowid)
-        resident.orgs[org] = postings
+        resident.orgs[org] = (postings, rowids)
+        # past the bound, the orgs searched least recently give their rows back (read again when searched)
+        while resident.tokens > _RESIDENT_TOKENS and len(resident.orgs) > 1:
+            _, (_, gone) = resident.orgs.popitem(last=False)
+            for rowid in gone:
+                row = resident.rows.pop(rowid, None)
+                if row is not None:
+                    resident.tokens -= sum(len(tokens) for _, tokens in row.columns)
         return postings
 
     def _postings(self, table: _Table, stats: _Statistics, org: str) -> dict[str, list[int]] | None:
         """The index :meth:`_whole_org` built for ``org`` under the table's current index, if it did."""
         resident = self._resident.get(table.fts)
-        return resident.orgs.get(org) if resident is not None and resident.key == stats.key else None
+        held = resident.orgs.get(org) if resident is not None and resident.key == stats.key else None
+        return None if held is None else held[0]
 
     def _count_in(self, table: _Table, stats: _Statistics, found: list[str], postings: dict[str, list[int]]) -> None:
         """:meth:`_count` among a small org's rows read whole: the rows holding each term's phrase."""
