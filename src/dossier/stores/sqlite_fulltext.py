@@ -101,6 +101,7 @@ class _Statistics:
     df: dict[str, int] = field(default_factory=dict)  # term -> rows of the table holding its phrase
     sole: dict[str, bool] = field(default_factory=dict)  # org -> whether it is the only org in the table
     scopes: dict[tuple, int] = field(default_factory=dict)  # (org, most, slots) -> rows counted (scope_rows)
+    whole: "_WholeOrg | None" = None  # an org's sections read whole, as of its last search (_whole_org)
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,17 @@ class _Resident:
     key: tuple
     rows: dict[int, _Row | None] = field(default_factory=dict)  # rowid -> its row (None: not in the table)
     tokens: int = 0
-    # the small orgs sharing the table read whole, least recently searched first: token -> the org's rows
-    # holding it, and the org's rows (see PrunedText._whole_org)
-    orgs: OrderedDict[str, tuple[dict[str, list[int]], list[int]]] = field(default_factory=OrderedDict)
+
+
+@dataclass
+class _WholeOrg:
+    """Every section of a small org sharing the table, read and tokenised, kept while the org's documents
+    stay as they were: another org's writes, and this org's memories, leave it as it is (PrunedText._whole_org)."""
+
+    generation: bytes  # a digest of the org's documents' ids and content hashes
+    rows: dict[int, _Row | None]  # rowid -> its row
+    postings: dict[str, list[int]]  # token -> the rows holding it
+    tokens: int
 
 
 class PrunedText:
@@ -138,6 +147,7 @@ class PrunedText:
         self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics of the whole table
         self._org_statistics: OrderedDict[tuple[str, str], _Statistics] = OrderedDict()  # (fts, org) -> the org's
         self._resident: dict[str, _Resident] = {}  # fts table -> the small orgs' rows read so far
+        self._whole: OrderedDict[tuple[str, str], _WholeOrg] = OrderedDict()  # (fts, org) -> its rows, see _whole_org
         self._pieces: dict[str, tuple[str, ...]] = {}  # piece of text -> its FTS5 tokens
         self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
         self._learnt: set[bytes] = set()  # digests of texts whose every piece is in ``_pieces``
@@ -186,7 +196,7 @@ class PrunedText:
         matching = sorted((t for t in found if stats.df[t] > 0), key=lambda t: (stats.df[t], t))
         if not matching:
             return []
-        postings = None if prune else self._postings(table, stats, org)
+        postings = None if prune or stats.whole is None else stats.whole.postings
         if prune:
             rowids = self._candidates(table, matching, stats, org=org, slots=slots, want=max(self.cap, 4 * int(limit)))
         elif postings is not None:  # the org's rows holding a term's first token (in the slots): a superset of the match
@@ -328,13 +338,17 @@ class PrunedText:
         of a shared file): each row is read and tokenised once while the index is unchanged, then every
         search scores it from its token counts, without reading or scanning its text again. The same
         frequencies (whole numbers times the column weights: exact in any order), the same arithmetic."""
-        resident = self._resident.get(table.fts)
-        if resident is None or resident.key != stats.key or (resident.tokens > _RESIDENT_TOKENS and not resident.orgs):
-            resident = self._resident[table.fts] = _Resident(stats.key)
-        missing = [r for r in rowids if r not in resident.rows]
-        if missing:
-            self._read_rows(table, missing, resident)
-        rows = [row for r in rowids if (row := resident.rows[r]) is not None and row.org == org]
+        if stats.whole is not None:  # the org's rows, read whole (refreshed by this search's _org_stats)
+            held = stats.whole.rows
+        else:
+            resident = self._resident.get(table.fts)
+            if resident is None or resident.key != stats.key or resident.tokens > _RESIDENT_TOKENS:
+                resident = self._resident[table.fts] = _Resident(stats.key)
+            missing = [r for r in rowids if r not in resident.rows]
+            if missing:
+                self._read_rows(table, missing, resident)
+            held = resident.rows
+        rows = [row for r in rowids if (row := held[r]) is not None and row.org == org]
         phrases = [self._tokens(term) for term in found]
         freqs = [
             (row.frequency.get(phrase[0], 0.0) if len(phrase) == 1 else
@@ -422,56 +436,50 @@ class PrunedText:
             while len(self._org_statistics) > _ORGS_KEPT:
                 self._org_statistics.popitem(last=False)
         self._org_statistics.move_to_end(key)
-        postings = self._whole_org(table, stats, org) if stats.rows <= _RESIDENT_SCOPE else None
-        if postings is None:
+        stats.whole = self._whole_org(table, org) if table.kind == "section" and stats.rows <= _RESIDENT_SCOPE else None
+        if stats.whole is None:
             self._count(table, stats, found, org=org)
         else:
-            self._count_in(table, stats, found, postings)
+            self._count_in(stats, found, stats.whole)
         return stats
 
     # -- a small org sharing the table -------------------------------------------------------------
     # FTS5's index is one for every org in the file: a match reads a term's postings across orgs, then keeps
     # the org's rows, so its cost would grow with how many rows of other orgs hold the word (an org could time
-    # another's vocabulary: 0.06 against 9.8 ms for a word 40,000 rows of another org hold). A small org's
-    # rows are read whole instead (from the content table's org index, once while the index is unchanged),
-    # tokenised and indexed by token here; its matches and document frequencies are found among them alone.
-    def _whole_org(self, table: _Table, stats: _Statistics, org: str) -> dict[str, list[int]]:
-        """Token -> the rows of ``org`` holding it, every row of the org read and kept (:class:`_Resident`)."""
-        resident = self._resident.get(table.fts)
-        if resident is None or resident.key != stats.key:
-            resident = self._resident[table.fts] = _Resident(stats.key)
-        if org in resident.orgs:
-            resident.orgs.move_to_end(org)
-            return resident.orgs[org][0]
+    # another's vocabulary: bench/text_isolation.py). The sections of a small org (the org-wide search) are
+    # read whole instead, tokenised and indexed by token here, and kept while its documents stay the same;
+    # its matches and document frequencies are found among them alone. Sections change when documents are
+    # loaded; memories, written call after call, are searched among a record's rows (a rowid range).
+    def _whole_org(self, table: _Table, org: str) -> _WholeOrg:
+        """Every section of ``org``, read and indexed by token, current as of its documents' hashes (read
+        first: a write landing meanwhile has the rows read again at the next search)."""
+        # the org's documents' content hashes (a section's text, heading and title are its document's) name
+        # the version of its sections: a write of memories, or another org's, leaves them as they are
+        hashes = self._query("SELECT json_group_array(id || ' ' || hash) FROM documents WHERE org = ?", [org])[0][0]
+        current = _digest(hashes or "")
+        key = (table.fts, org)
+        whole = self._whole.get(key)
+        if whole is not None and whole.generation == current:
+            self._whole.move_to_end(key)
+            return whole
         rowids = json.loads(self._query(f"SELECT {_ARRAY % 'rowid'} FROM {table.content} WHERE org = ?", [org])[0][0])
-        missing = [r for r in rowids if r not in resident.rows]
-        if missing:
-            self._read_rows(table, missing, resident)
+        read = _Resident(key=())
+        if rowids:
+            self._read_rows(table, rowids, read)
         postings: dict[str, list[int]] = {}
         for rowid in rowids:
-            row = resident.rows[rowid]
+            row = read.rows[rowid]
             if row is not None and row.org == org:
                 for token in row.frequency:
                     postings.setdefault(token, []).append(rowid)
-        resident.orgs[org] = (postings, rowids)
+        whole = self._whole[key] = _WholeOrg(current, read.rows, postings, read.tokens)
         # past the bound, the orgs searched least recently give their rows back (read again when searched)
-        while resident.tokens > _RESIDENT_TOKENS and len(resident.orgs) > 1:
-            _, (_, gone) = resident.orgs.popitem(last=False)
-            for rowid in gone:
-                row = resident.rows.pop(rowid, None)
-                if row is not None:
-                    resident.tokens -= sum(len(tokens) for _, tokens in row.columns)
-        return postings
+        while sum(w.tokens for w in self._whole.values()) > _RESIDENT_TOKENS and len(self._whole) > 1:
+            self._whole.popitem(last=False)
+        return whole
 
-    def _postings(self, table: _Table, stats: _Statistics, org: str) -> dict[str, list[int]] | None:
-        """The index :meth:`_whole_org` built for ``org`` under the table's current index, if it did."""
-        resident = self._resident.get(table.fts)
-        held = resident.orgs.get(org) if resident is not None and resident.key == stats.key else None
-        return None if held is None else held[0]
-
-    def _count_in(self, table: _Table, stats: _Statistics, found: list[str], postings: dict[str, list[int]]) -> None:
+    def _count_in(self, stats: _Statistics, found: list[str], whole: _WholeOrg) -> None:
         """:meth:`_count` among a small org's rows read whole: the rows holding each term's phrase."""
-        resident = self._resident[table.fts]
         for term in found:
             if term in stats.df:
                 continue
@@ -479,9 +487,9 @@ class PrunedText:
             if not phrase:
                 stats.df[term] = 0
             elif len(phrase) == 1:
-                stats.df[term] = len(postings.get(phrase[0], ()))
+                stats.df[term] = len(whole.postings.get(phrase[0], ()))
             else:
-                held = (resident.rows[r] for r in postings.get(phrase[0], ()))
+                held = (whole.rows[r] for r in whole.postings.get(phrase[0], ()))
                 stats.df[term] = sum(1 for row in held if row is not None and any(
                     _occurrences(tokens, phrase) for _, tokens in row.columns))
 
