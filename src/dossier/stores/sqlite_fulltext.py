@@ -338,8 +338,9 @@ class PrunedText:
         of a shared file): each row is read and tokenised once while the index is unchanged, then every
         search scores it from its token counts, without reading or scanning its text again. The same
         frequencies (whole numbers times the column weights: exact in any order), the same arithmetic."""
-        if stats.whole is not None:  # the org's rows, read whole (refreshed by this search's _org_stats)
-            held = stats.whole.rows
+        whole = stats.whole  # the org's rows read whole (refreshed by this search's _org_stats), unless a row
+        if whole is not None and all(r in whole.rows for r in rowids):  # written since came with the candidates
+            held = whole.rows
         else:
             resident = self._resident.get(table.fts)
             if resident is None or resident.key != stats.key or resident.tokens > _RESIDENT_TOKENS:
