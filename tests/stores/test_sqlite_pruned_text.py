@@ -301,9 +301,8 @@ def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
 
 
 def test_a_small_orgs_rows_are_read_once_and_a_changed_text_is_read_again(tmp_path: Path) -> None:
-    """A small org's rows are read and tokenised once while the index is unchanged (later searches read no
-    text); a write to the table, another org's included, has them read again, and a changed text scores as
-    what it now says."""
+    """A small org's rows are read and tokenised once (later searches read no text); its own write has the
+    changed row read again, which then scores as what it now says; another org's write reads nothing."""
     path = tmp_path / "resident.db"
     rng = random.Random(7)
     store = SQLiteStore(path)
@@ -312,19 +311,23 @@ def test_a_small_orgs_rows_are_read_once_and_a_changed_text_is_read_again(tmp_pa
         query = f"{RARE} renewal discount"
         first = store.search_text("memory", query, org="a", limit=20)
         assert first == _complete(path, "memory", query, org="a", limit=20)
-        resident = store._text._resident["memories_fts"]
-        read = dict(resident.rows)
-        assert read and all(row is None or row.org == "a" for row in read.values())  # org b's rows were never asked for
+        whole = store._text._whole[("memories_fts", "a")]
+        read = dict(whole.rows)
+        assert len(read) == 60 and all(row is not None and row.org == "a" for row in read.values())  # org b's: never
         assert store.search_text("memory", query, org="a", limit=20) == first
-        assert store._text._resident["memories_fts"] is resident and resident.rows == read  # nothing read again
+        assert all(whole.rows[r] is row for r, row in read.items())  # nothing read again
         changed = Memory(id="a-1-m0", org="a", record="a-1", text=f"{RARE} {RARE} {RARE} now.", created_at=WHEN)
         store.write(WriteBatch(memories=[(changed, "changed")]))
         after = store.search_text("memory", query, org="a", limit=20)
         assert after == _complete(path, "memory", query, org="a", limit=20)
         assert after[0].id == "a-1-m0" and after[0].score > first[0].score  # its new text, three times the rare word
-        assert store._text._resident["memories_fts"] is not resident
-        store.write(WriteBatch(memories=_memories("b", "b-2", 5, rng, rare=5)))  # another org's write: read again
+        again = {row.id: row for row in whole.rows.values() if row is not None}
+        assert again["a-1-m0"] not in read.values()  # the changed row was read again, the others were not
+        assert all(again[row.id] is row for row in read.values() if row is not None and row.id != "a-1-m0")
+        store.write(WriteBatch(memories=_memories("b", "b-2", 5, rng, rare=5)))  # another org's write: nothing read
+        kept = dict(whole.rows)
         assert store.search_text("memory", query, org="a", limit=20) == _complete(path, "memory", query, org="a", limit=20)
+        assert all(whole.rows[r] is row for r, row in kept.items())
     finally:
         store.close()
 
@@ -351,10 +354,9 @@ def test_the_shortest_rows_are_ordered_by_their_token_count_across_varint_sizes(
 
 def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path) -> None:
     """FTS5's index holds every org's rows: a match reads a word's postings across orgs before keeping the
-    org's own, so its cost would grow with what other orgs hold (a timing channel). A small org's section
-    searches, org-wide and among documents, and its words' counts read the org's own sections instead: no
-    statement matches the shared index; and every answer, sections and memories, is the one FTS5's bm25()
-    gives over the org alone."""
+    org's own, so its cost would grow with what other orgs hold (a timing channel). A small org's searches,
+    org-wide and among parents, and its words' counts read the org's own rows instead: no statement
+    matches the shared index, and the answers are the ones FTS5's bm25() gives over the org alone."""
     rng = random.Random(5)
     path = tmp_path / "shared.db"
     store = SQLiteStore(path)
@@ -369,9 +371,8 @@ def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path
             for kind, parents in (("section", None), ("section", ["a-d0", "a-d3"]), ("memory", None), ("memory", ["a-r"])):
                 statements.clear()
                 hits = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-                if kind == "section":  # memories: among a record's rows, a rowid range (org-wide: not yet closed)
-                    shared = [s for s in statements if "MATCH" in s and "sections_fts" in s]
-                    assert not shared, (kind, query, parents)
+                shared = [s for s in statements if "MATCH" in s and ("sections_fts" in s or "memories_fts" in s)]
+                assert not shared, (kind, query, parents)
                 assert all(h.id.startswith("a-") for h in hits)
                 expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
                 assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
@@ -404,29 +405,43 @@ def test_small_orgs_read_whole_give_their_rows_back_past_the_bound(tmp_path: Pat
         store.close()
 
 
-def test_a_small_orgs_sections_read_whole_follow_its_document_writes_alone(tmp_path: Path) -> None:
-    """The sections read whole are kept while the org's documents stay as they were: another org's writes,
-    and the org's own memories, leave them; a changed or deleted document of the org has them read again."""
+def test_a_small_orgs_rows_read_whole_follow_its_own_writes_alone(tmp_path: Path) -> None:
+    """The rows read whole are kept while the org's generation stays: another org's writes leave them; the
+    org's own writes have only the rows whose content changed read again (a memory written, a document
+    replaced), and the answers stay bm25()'s over the org alone."""
     rng = random.Random(13)
     path = tmp_path / "writes.db"
     store = SQLiteStore(path)
     batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
     batch.documents += _documents("a", 6, rng, rare=1) + _documents("b", 6, rng, rare=1)
+    batch.memories += _memories("a", "a-r", 20, rng, rare=2) + _memories("b", "b-r", 20, rng, rare=2)
     store.write(batch)
+
+    def answers() -> list[list[tuple[str, float]]]:
+        out = []
+        for kind, parents in (("section", None), ("memory", None), ("memory", ["a-r"])):
+            for query in [*QUESTIONS, "kinkajou rules"]:
+                got = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                assert [(h.id, round(h.score, 9)) for h in got] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
+                out.append([(h.id, round(h.score, 9)) for h in got])
+        return out
+
     try:
-        assert store.search_text("section", RARE, org="a", limit=10)
-        kept = store._text._whole[("sections_fts", "a")]
-        store.write(WriteBatch(documents=_documents("b", 8, rng, rare=8)))  # another org's documents
-        store.write(WriteBatch(memories=_memories("a", "a-r", 5, rng, rare=5)))  # this org's memories
-        assert store.search_text("section", RARE, org="a", limit=10)
-        assert store._text._whole[("sections_fts", "a")] is kept  # not read again
+        answers()
+        sections, memories = (dict(store._text._whole[(f"{k}_fts", "a")].rows) for k in ("sections", "memories"))
+        store.write(WriteBatch(documents=_documents("b", 8, rng, rare=8), memories=_memories("b", "b-r", 30, rng)))
+        answers()
+        assert store._text._whole[("sections_fts", "a")].rows == sections  # another org's writes: nothing read again
+        assert all(store._text._whole[("memories_fts", "a")].rows[r] is row for r, row in memories.items())
         changed = Document(id="a-d0", org="a", title="Policy", sections=(Section(id="a-d0-s0", heading="Kinkajou", text="Kinkajou rules."),))
-        store.write(WriteBatch(documents=[(changed, "changed")]))
-        hits = store.search_text("section", "kinkajou", org="a", limit=10)
-        assert [h.id for h in hits] == ["a-d0-s0"] and store._text._whole[("sections_fts", "a")] is not kept
-        for query in [*QUESTIONS, "kinkajou rules"]:
-            expected = _complete(path, "section", query, org="a", limit=10)
-            got = store.search_text("section", query, org="a", limit=10)
-            assert [(h.id, round(h.score, 9)) for h in got] == [(h.id, round(h.score, 9)) for h in expected], query
+        added = Memory(id="a-r-new", org="a", record="a-r", text="The kinkajou rules changed.", created_at=WHEN)
+        store.write(WriteBatch(documents=[(changed, "changed")], memories=[(added, "added")]))
+        after = answers()
+        assert any(hits and hits[0][0] == "a-d0-s0" for hits in after) and any(hits and hits[0][0] == "a-r-new" for hits in after)
+        kept = store._text._whole[("sections_fts", "a")].rows
+        unchanged = [r for r, row in sections.items() if row is not None and not row.id.startswith("a-d0-")]
+        assert unchanged and all(kept[r] is sections[r] for r in unchanged)  # only the replaced document read again
+        assert not any(row is not None and row.id.startswith("a-d0-s1") for row in kept.values())  # its old sections gone
     finally:
         store.close()

@@ -101,7 +101,7 @@ class _Statistics:
     df: dict[str, int] = field(default_factory=dict)  # term -> rows of the table holding its phrase
     sole: dict[str, bool] = field(default_factory=dict)  # org -> whether it is the only org in the table
     scopes: dict[tuple, int] = field(default_factory=dict)  # (org, most, slots) -> rows counted (scope_rows)
-    whole: "_WholeOrg | None" = None  # an org's sections read whole, as of its last search (_whole_org)
+    whole: "_WholeOrg | None" = None  # a small org's rows read whole, as of its last search (_whole_org)
 
 
 @dataclass(frozen=True)
@@ -129,13 +129,27 @@ class _Resident:
 
 @dataclass
 class _WholeOrg:
-    """Every section of a small org sharing the table, read and tokenised, kept while the org's documents
-    stay as they were: another org's writes, and this org's memories, leave it as it is (PrunedText._whole_org)."""
+    """Every row of a small org in a table it shares with other orgs, read and tokenised, kept while the
+    org's generation stays (any write to the org moves it; another org's writes do not); when it moves, the
+    rows whose version changed are read again, the others kept (PrunedText._whole_org)."""
 
-    generation: bytes  # a digest of the org's documents' ids and content hashes
+    generation: int
+    versions: dict[int, str]  # rowid -> the content hash it was read at (a section's: its document's)
     rows: dict[int, _Row | None]  # rowid -> its row
-    postings: dict[str, list[int]]  # token -> the rows holding it
-    tokens: int
+    postings: dict[str, set[int]]  # token -> the rows holding it
+    tokens: int = 0
+
+    def drop(self, rowid: int) -> None:
+        self.versions.pop(rowid, None)
+        row = self.rows.pop(rowid, None)
+        if row is not None:
+            self.tokens -= sum(len(tokens) for _, tokens in row.columns)
+            for token in row.frequency:
+                held = self.postings.get(token)
+                if held is not None:
+                    held.discard(rowid)
+                    if not held:
+                        del self.postings[token]
 
 
 class PrunedText:
@@ -437,7 +451,7 @@ class PrunedText:
             while len(self._org_statistics) > _ORGS_KEPT:
                 self._org_statistics.popitem(last=False)
         self._org_statistics.move_to_end(key)
-        stats.whole = self._whole_org(table, org) if table.kind == "section" and stats.rows <= _RESIDENT_SCOPE else None
+        stats.whole = self._whole_org(table, org) if stats.rows <= _RESIDENT_SCOPE else None
         if stats.whole is None:
             self._count(table, stats, found, org=org)
         else:
@@ -447,33 +461,45 @@ class PrunedText:
     # -- a small org sharing the table -------------------------------------------------------------
     # FTS5's index is one for every org in the file: a match reads a term's postings across orgs, then keeps
     # the org's rows, so its cost would grow with how many rows of other orgs hold the word (an org could time
-    # another's vocabulary: bench/text_isolation.py). The sections of a small org (the org-wide search) are
-    # read whole instead, tokenised and indexed by token here, and kept while its documents stay the same;
-    # its matches and document frequencies are found among them alone. Sections change when documents are
-    # loaded; memories, written call after call, are searched among a record's rows (a rowid range).
+    # another's vocabulary: bench/text_isolation.py). A small org's rows are read whole instead, tokenised and
+    # indexed by token here; its matches and document frequencies are found among them alone. They are kept
+    # while the org's generation stays; when the org writes, only its rows whose content hash changed (a
+    # memory written, a document replaced) are read again.
+    _VERSIONS = {
+        "section": "SELECT json_group_array(json_array(s.rowid, d.hash)) FROM sections s "
+                   "JOIN documents d ON d.org = s.org AND d.id = s.document WHERE s.org = ?",
+        "memory": "SELECT json_group_array(json_array(rowid, hash)) FROM memories WHERE org = ?",
+    }
+
     def _whole_org(self, table: _Table, org: str) -> _WholeOrg:
-        """Every section of ``org``, read and indexed by token, current as of its documents' hashes (read
-        first: a write landing meanwhile has the rows read again at the next search)."""
-        # the org's documents' content hashes (a section's text, heading and title are its document's) name
-        # the version of its sections: a write of memories, or another org's, leaves them as they are
-        hashes = self._query("SELECT json_group_array(id || ' ' || hash) FROM documents WHERE org = ?", [org])[0][0]
-        current = _digest(hashes or "")
+        """Every row of ``org`` in ``table``, read and indexed by token, current as of the org's generation
+        (read first: a write landing meanwhile has its rows read at the next search)."""
+        found = self._query("SELECT generation FROM orgs WHERE id = ?", [org])
+        generation = int(found[0][0]) if found else -1
         key = (table.fts, org)
         whole = self._whole.get(key)
-        if whole is not None and whole.generation == current:
+        if whole is not None and whole.generation == generation:
             self._whole.move_to_end(key)
             return whole
-        rowids = json.loads(self._query(f"SELECT {_ARRAY % 'rowid'} FROM {table.content} WHERE org = ?", [org])[0][0])
-        read = _Resident(key=())
-        if rowids:
-            self._read_rows(table, rowids, read)
-        postings: dict[str, list[int]] = {}
-        for rowid in rowids:
-            row = read.rows[rowid]
-            if row is not None and row.org == org:
-                for token in row.frequency:
-                    postings.setdefault(token, []).append(rowid)
-        whole = self._whole[key] = _WholeOrg(current, read.rows, postings, read.tokens)
+        versions = {int(r): str(v) for r, v in json.loads(self._query(self._VERSIONS[table.kind], [org])[0][0])}
+        if whole is None:
+            whole = self._whole[key] = _WholeOrg(generation, {}, {}, {})
+        for rowid in [r for r, v in whole.versions.items() if versions.get(r) != v]:
+            whole.drop(rowid)  # deleted, or written again
+        fresh = [r for r in versions if r not in whole.versions]
+        if fresh:
+            read = _Resident(key=())
+            self._read_rows(table, fresh, read)
+            for rowid in fresh:
+                row = read.rows[rowid]
+                whole.rows[rowid] = row
+                whole.versions[rowid] = versions[rowid]
+                if row is not None and row.org == org:
+                    for token in row.frequency:
+                        whole.postings.setdefault(token, set()).add(rowid)
+            whole.tokens += read.tokens
+        whole.generation = generation
+        self._whole.move_to_end(key)
         # past the bound, the orgs searched least recently give their rows back (read again when searched)
         while sum(w.tokens for w in self._whole.values()) > _RESIDENT_TOKENS and len(self._whole) > 1:
             self._whole.popitem(last=False)
