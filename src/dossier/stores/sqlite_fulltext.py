@@ -31,8 +31,10 @@ the table. Among 100,000 memories of one record a typical question matches some 
   of several tokens by a pattern of its pieces. The rows' scores are computed for all
   candidates at once (numpy, the same operations in the same order, so the same bits);
 * an org holding few rows of the kind (``_RESIDENT_SCOPE``: the sample org, an evaluation set, most orgs
-  of a file several share) has each row read and tokenised once, and kept as its tokens' weighted
-  counts while the index is unchanged: later searches score it from them without reading its text.
+  of a file several share) has all its rows of the kind read and tokenised once, kept as their tokens'
+  weighted counts and indexed by token while the org's generation stays (after its own writes, only the
+  rows whose content hash changed are read again): its matches, word counts and scores come from them,
+  never from a match of the index every org shares (whose cost would tell what other orgs hold).
 
 What pruning gives up: a row holding none of the terms that chose the candidates, or one not read
 among them, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40`` are
