@@ -445,3 +445,20 @@ def test_a_small_orgs_rows_read_whole_follow_its_own_writes_alone(tmp_path: Path
         assert not any(row is not None and row.id.startswith("a-d0-s1") for row in kept.values())  # its old sections gone
     finally:
         store.close()
+
+
+def test_an_org_without_its_row_has_its_changed_rows_read_again(tmp_path: Path) -> None:
+    """Rows can be written for an org the file has no ``orgs`` row for (no generation to trust): its rows
+    read whole are compared with their content hashes at every search, so a changed text is never stale."""
+    rng = random.Random(17)
+    path = tmp_path / "no-org-row.db"
+    store = SQLiteStore(path)
+    try:
+        store.write(WriteBatch(orgs=[Org(id="b")], memories=_memories("a", "a-r", 10, rng, rare=1) + _memories("b", "b-r", 10, rng)))
+        assert [h.id for h in store.search_text("memory", RARE, org="a", limit=5)] == ["a-r-m0"]
+        changed = Memory(id="a-r-m0", org="a", record="a-r", text="Nothing rare here any more.", created_at=WHEN)
+        store.write(WriteBatch(memories=[(changed, "changed")]))
+        assert store.search_text("memory", RARE, org="a", limit=5) == _complete(path, "memory", RARE, org="a", limit=5) == []
+        assert [h.id for h in store.search_text("memory", "rare here", org="a", limit=5)] == ["a-r-m0"]
+    finally:
+        store.close()

@@ -135,7 +135,7 @@ class _WholeOrg:
     org's generation stays (any write to the org moves it; another org's writes do not); when it moves, the
     rows whose version changed are read again, the others kept (PrunedText._whole_org)."""
 
-    generation: int
+    generation: int | None
     versions: dict[int, str]  # rowid -> the content hash it was read at (a section's: its document's)
     rows: dict[int, _Row | None]  # rowid -> its row
     postings: dict[str, set[int]]  # token -> the rows holding it
@@ -477,10 +477,10 @@ class PrunedText:
         """Every row of ``org`` in ``table``, read and indexed by token, current as of the org's generation
         (read first: a write landing meanwhile has its rows read at the next search)."""
         found = self._query("SELECT generation FROM orgs WHERE id = ?", [org])
-        generation = int(found[0][0]) if found else -1
+        generation = int(found[0][0]) if found else None  # no org row: no generation to trust, compare every time
         key = (table.fts, org)
         whole = self._whole.get(key)
-        if whole is not None and whole.generation == generation:
+        if whole is not None and generation is not None and whole.generation == generation:
             self._whole.move_to_end(key)
             return whole
         versions = {int(r): str(v) for r, v in json.loads(self._query(self._VERSIONS[table.kind], [org])[0][0])}
