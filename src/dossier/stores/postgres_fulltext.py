@@ -73,8 +73,7 @@ class TextSearch:
         """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``."""
         table, parent = _TABLES[kind]
         lexeme = self._lexemes(org, found)
-        rows, avg_length, df = self._statistics(org, kind, found, lexeme)
-        small = self._sample(org, kind).complete  # the org's rows of the kind are all in its sample (kept)
+        rows, avg_length, df, small = self._statistics(org, kind, found, lexeme)
         idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
         # terms in half the rows or more have no weight (BM25's IDF floor) and are left out of the score
         scored = [t for t in found if idf[t] > 1e-6 and lexeme[t]] or [t for t in found if lexeme[t]][:1]
@@ -147,8 +146,9 @@ class TextSearch:
             self._lexeme.update((term, lex) for term, lex in rows)
         return {t: self._lexeme.get(t) for t in found}
 
-    def _statistics(self, org: str, kind: str, found: list[str], lexeme: dict[str, str | None]) -> tuple[int, float, dict[str, int]]:
-        """Rows of ``kind`` in the org, their average length in tokens, and each term's document frequency."""
+    def _statistics(self, org: str, kind: str, found: list[str], lexeme: dict[str, str | None]) -> tuple[int, float, dict[str, int], bool]:
+        """Rows of ``kind`` in the org, their average length in tokens, each term's document frequency, and
+        whether the org is small: its rows of the kind all fit the sample."""
         stats = self._sample(org, kind)
         now = time.monotonic()
         df: dict[str, int] = {}
@@ -178,7 +178,7 @@ class TextSearch:
             for term, n in counted:
                 df[term] = int(n)
                 self._df[(org, kind, term)] = (int(n), now)
-        return max(stats.rows, 1), max(stats.average_length, 1.0), df
+        return max(stats.rows, 1), max(stats.average_length, 1.0), df, stats.complete
 
     def _sample(self, org: str, kind: str) -> "_Sample":
         """The org's row count and, from its first ``sample`` rows, their average length and how many of

@@ -351,9 +351,10 @@ class PrunedText:
         self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str
     ) -> list[tuple[str, str, float]]:
         """:meth:`_score` for an org holding few rows of the kind (the sample org, an evaluation set, most orgs
-        of a shared file): each row is read and tokenised once while the index is unchanged, then every
-        search scores it from its token counts, without reading or scanning its text again. The same
-        frequencies (whole numbers times the column weights: exact in any order), the same arithmetic."""
+        of a shared file): each row is read and tokenised once (in a shared file, with all the org's rows:
+        :meth:`_whole_org`; an org alone in its table keeps the rows it read while the index is unchanged),
+        then every search scores it from its token counts, without reading or scanning its text again. The
+        same frequencies (whole numbers times the column weights: exact in any order), the same arithmetic."""
         whole = stats.whole  # the org's rows read whole (refreshed by this search's _org_stats), unless a row
         if whole is not None and all(r in whole.rows for r in rowids):  # written since came with the candidates
             held = whole.rows
