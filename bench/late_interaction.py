@@ -12,10 +12,14 @@ segments of its policy) is scored two ways, from the same model run that gives t
 
 * cosine -- the section vector (mean of its token vectors) against the question's, as the engine ranks;
 * maxsim -- for each word piece of the question, the best cosine with any token of the section,
-            averaged over the question's pieces (ColBERT's late interaction, with MiniLM's own vectors).
+            averaged over the question's pieces (ColBERT's late interaction, with MiniLM's own vectors);
+* words  -- the same with context-free word vectors: each content word (stop words out) of the question
+            and of the section embedded alone, for each question word the best cosine with a section
+            word, averaged (a vector per distinct word, shared by every section, instead of a vector per
+            token of every section).
 
-It prints top-1 / top-5 (a gold section first / among the first five) by each, and by their sum after
-standardising each per question, at three weights. Sections are embedded as the engine embeds them
+It prints top-1 / top-5 (a gold section first / among the first five) by each, and by the cosine plus
+maxsim or words after standardising each per question, at three weights. Sections are embedded as the engine embeds them
 (``title: heading`` then the text). The handbook is never read: it is a test set only.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -36,6 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from dossier.evaluation import external as ext  # noqa: E402
 from dossier.evaluation.dataset import load_dataset  # noqa: E402
 from dossier.providers.embeddings import OnnxMiniLM  # noqa: E402
+from dossier.stores.fulltext import STOP_WORDS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = {
@@ -75,6 +81,21 @@ class Tokens:
         return out
 
 
+class Words:
+    """Context-free word vectors: MiniLM run on each content word alone, once per distinct word."""
+
+    def __init__(self, model: OnnxMiniLM) -> None:
+        self.model = model
+        self.kept: dict[str, np.ndarray] = {}
+
+    def __call__(self, text: str) -> np.ndarray:
+        words = [w for w in dict.fromkeys(re.findall(r"[a-z0-9]+", text.lower())) if len(w) > 1 and w not in STOP_WORDS]
+        missing = [w for w in words if w not in self.kept]
+        for start in range(0, len(missing), 64):
+            self.kept.update(zip(missing[start : start + 64], self.model.embed_batch(missing[start : start + 64])))
+        return np.stack([self.kept[w] for w in words]) if words else np.zeros((0, self.model.dimensions), np.float32)
+
+
 def labelled(path: Path) -> list[Group]:
     dataset = load_dataset(path)
     org = Counter(q.org for q in dataset.questions).most_common(1)[0][0]
@@ -99,26 +120,32 @@ def policyqa(data: str | None) -> list[Group]:
 
 def measure(name: str, groups: list[Group], tokens: Tokens) -> None:
     started = time.perf_counter()
-    rows = []  # per question: cosine, maxsim, gold mask
+    vectors = Words(tokens.model)
+    rows = []  # per question: cosine, maxsim, words, gold mask
     for sections, asked in groups:
         embedded = tokens([text for _, text in sections], question=False)
         pooled = np.stack([p for p, _ in embedded])
-        for (_, gold), (q, q_tokens) in zip(asked, tokens([message for message, _ in asked], question=True)):
+        held = [vectors(text) for _, text in sections]
+        for (message, gold), (q, q_tokens) in zip(asked, tokens([message for message, _ in asked], question=True)):
             mask = np.array([sid in gold for sid, _ in sections])
             if mask.any():
                 maxsim = np.array([float((q_tokens @ t.T).max(axis=1).mean()) for _, t in embedded])
-                rows.append((pooled @ q, maxsim, mask))
+                q_words = vectors(message)
+                words = np.array([float((q_words @ w.T).max(axis=1).mean()) if len(w) and len(q_words) else 0.0 for w in held])
+                rows.append((pooled @ q, maxsim, words, mask))
 
     def at(score) -> str:  # type: ignore[no-untyped-def]
-        first = np.mean([r[2][np.argmax(score(r))] for r in rows])
-        five = np.mean([r[2][np.argsort(-score(r), kind="stable")[:5]].any() for r in rows])
+        first = np.mean([r[-1][np.argmax(score(r))] for r in rows])
+        five = np.mean([r[-1][np.argsort(-score(r), kind="stable")[:5]].any() for r in rows])
         return f"{first:.3f} / {five:.3f}"
 
     def z(a: np.ndarray) -> np.ndarray:
         return (a - a.mean()) / (a.std() + 1e-9)
 
-    mixes = "  ".join(f"cosine + {w} maxsim {at(lambda r, w=w: z(r[0]) + w * z(r[1]))}" for w in (0.5, 1.0, 2.0))
-    print(f"{name:8s} {len(rows):5d} q  top-1 / top-5: cosine {at(lambda r: r[0])}  maxsim {at(lambda r: r[1])}  {mixes}"
+    mixes = "  ".join(f"cosine + {w} {what} {at(lambda r, w=w, c=c: z(r[0]) + w * z(r[c]))}"
+                      for c, what in ((1, "maxsim"), (2, "words")) for w in (0.5, 1.0, 2.0))
+    print(f"{name:8s} {len(rows):5d} q  top-1 / top-5: cosine {at(lambda r: r[0])}  maxsim {at(lambda r: r[1])}  "
+          f"words {at(lambda r: r[2])}  {mixes}"
           f"  ({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
 
 
