@@ -515,6 +515,9 @@ def eval_(
                                             "(default: not written)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML file "
                                             "here, with charts (needs the report extra; default: not written)."),
+    against: Optional[Path] = typer.Option(None, "--against", help="An earlier --json report of the same set: show "
+                                           "each metric's change question by question, with its 95% interval "
+                                           "(default: none)."),
     depth: Optional[str] = typer.Option(None, "--depth", help="Request depth for every question: fast | standard | deep "
                                         "(default: the dataset's own, else standard)."),
     synthesize: bool = flag("--synthesize", "Ask for synthesis on every question (cost per layer)."),
@@ -527,12 +530,13 @@ def eval_(
     import json
 
     from .evaluation.render import render_eval
-    from .evaluation.runner import evaluate
+    from .evaluation.runner import compare, evaluate
 
     with _errors():  # say so before the run, not after it
         for out in (json_out, html_out):
             if out is not None and not out.parent.is_dir():
                 raise UsageError(f"cannot write {out}: there is no folder {out.parent}")
+        earlier = None if against is None else _earlier_report(against)
         if html_out is not None:
             import importlib.util
 
@@ -542,6 +546,8 @@ def eval_(
         request = {**({"depth": depth} if depth else {}), **({"synthesize": True} if synthesize else {}),
                    **({"deadline_ms": deadline_ms} if deadline_ms is not None else {})}  # fmt: skip
         report = evaluate(dataset, store_url=store, request=request or None, progress=update, llm=llm, reranker=rerank)
+    if earlier is not None:
+        compare(report, earlier, label=str(against))
     render_eval(console, report)
     if json_out is not None:
         json_out.write_text(json.dumps(report.as_dict(), indent=2, default=str), encoding="utf-8")
@@ -559,6 +565,23 @@ def eval_(
         console.print(f"HTML report written to {html_out}")
     if report.leakage:
         raise typer.Exit(1)
+
+
+def _earlier_report(path: Path) -> dict:
+    """The ``--json`` report named by ``--against``, or a UsageError saying what is wrong with it."""
+    import json
+
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError:
+        raise UsageError(f"{path} is not JSON: --against takes a report written by dossier eval --json") from None
+    questions = earlier.get("per_question") if isinstance(earlier, dict) else None
+    if not isinstance(questions, list) or not all(isinstance(q, dict) and "id" in q and isinstance(q.get("metrics"), dict)
+                                                  for q in questions):  # fmt: skip
+        raise UsageError(f"{path} has no per-question metrics: --against takes a report written by dossier eval --json")
+    return earlier
 
 
 @app.command()

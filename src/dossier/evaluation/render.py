@@ -10,6 +10,11 @@ from .metrics import METRICS
 from .runner import EvalReport
 
 
+SHORT = {"document_accuracy": "doc acc", "section_accuracy": "sec acc", "section_recall@3": "sec R@3",
+         "discovery": "discovery", "memory_recall": "mem R", "property_recall": "prop R", "edge_recall": "edge R",
+         "record_accuracy": "record", "abstention": "abstain"}  # fmt: skip
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -18,16 +23,29 @@ def render_eval(console: Console, report: EvalReport) -> None:
     table = Table(title=f"{report.dataset}: {report.questions} questions on {report.store}", title_justify="left")
     table.add_column("category")
     table.add_column("n", justify="right")
-    short = {"document_accuracy": "doc acc", "section_accuracy": "sec acc", "section_recall@3": "sec R@3",
-             "discovery": "discovery", "memory_recall": "mem R", "property_recall": "prop R", "edge_recall": "edge R",
-             "record_accuracy": "record", "abstention": "abstain"}  # fmt: skip
     for metric in METRICS:
-        table.add_column(short[metric], justify="right")
+        table.add_column(SHORT[metric], justify="right")
     for category, values in report.by_category.items():
         table.add_row(category, str(report.counts[category]), *(_fmt(values[m]) for m in METRICS))
     table.add_row("[bold]overall[/]", str(report.questions), *(f"[bold]{_fmt(report.overall[m])}[/]" for m in METRICS))
     console.width = max(console.width, 140)
     console.print(table)
+    shown = [(m, v) for m in METRICS if (v := report.intervals.get(m)) is not None]
+    if shown:
+        console.print("95% intervals (questions resampled): " + ", ".join(
+            f"{SHORT[m]} {low:.3f}-{high:.3f}" for m, (low, high) in shown), highlight=False)  # fmt: skip
+    if report.against:
+        against = Table(title=f"against {report.against_file}, question by question (the questions both hold)",
+                        title_justify="left")  # fmt: skip
+        for column in ("metric", "questions", "before", "after", "difference", "95% interval", "better", "worse"):
+            against.add_column(column, justify="left" if column == "metric" else "right")
+        for metric, c in report.against.items():
+            mark = "[bold]" if c.clear else ""
+            against.add_row(SHORT[metric], str(c.questions), _fmt(c.before), _fmt(c.after),
+                            f"{mark}{c.difference:+.3f}", f"{c.low:+.3f} .. {c.high:+.3f}", str(c.better), str(c.worse))
+        console.print(against)
+        console.print("a bold difference is one whose interval leaves out 0; the others these questions cannot "
+                      "tell from noise", highlight=False)
     leak_style = "green" if report.leakage == 0 else "bold red"
     console.print(
         f"leakage: [{leak_style}]{report.leakage}[/]   latency p50 {report.latency_ms['p50']:.1f} ms, "

@@ -105,8 +105,11 @@ def render_html(report: EvalReport, *, gold_total: int) -> str:
                 "(metrics that do not apply to a category have no bar)."),  # fmt: skip
         _table(["category", "n", *(SHORT.get(m, m) for m in METRICS)],
                [[c, report.counts[c], *(_fmt(report.by_category[c][m]) for m in METRICS)] for c in categories]
+               + [["95% interval", "", *(_span(report.intervals.get(m)) for m in METRICS)]]
                + [["overall", report.questions, *(_fmt(report.overall[m]) for m in METRICS)]],
                last_row_class="overall"),  # fmt: skip
+        "<p>The interval row: where each overall figure lies with 95% confidence, the questions resampled "
+        "with replacement (a set of a hundred questions measures a share to within several points).</p>",
         "<h2>Evidence-loss funnel</h2>",
         _figure(chart.render(is_unicode=True), f"{gold_total} gold items named by the questions; each gold item "
                 "missing from a response is counted at the last layer that still had it."),  # fmt: skip
@@ -127,6 +130,10 @@ def render_html(report: EvalReport, *, gold_total: int) -> str:
         parts += ["<h2>Leaked items</h2>", "<ul>", *(f'<li class="bad">{e(leak)}</li>' for leak in report.leaked), "</ul>"]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _span(found: tuple[float, float] | None) -> str:
+    return "-" if found is None else f"{found[0]:.3f}-{found[1]:.3f}"
 
 
 def _fmt(value: float | None) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ..engine import Engine, open_engine
 from ..providers.embeddings import Embedder
 from .dataset import Dataset, Question, load_dataset
+from .intervals import Change, change, interval, per_question
 from .leakage import World, leaks
 from .metrics import COST_FIELDS, METRICS, QuestionResult, candidate_scores, deadline_steps, losses, model_cost, score
 
@@ -39,10 +40,17 @@ class EvalReport:
     # model step -> questions it ran in, how many ran out of the deadline, found the circuit open, failed,
     # and its median and slowest time (ms); most often out of time first
     deadline: dict[str, dict[str, float]] = field(default_factory=dict)
+    # each overall figure's 95% interval, the questions resampled (evaluation.intervals; None: no question)
+    intervals: dict[str, tuple[float, float] | None] = field(default_factory=dict)
+    against: dict[str, Change] = field(default_factory=dict)  # metric -> change from an earlier report (--against)
+    against_file: str = ""
 
     def as_dict(self) -> dict[str, Any]:
+        against = {"file": self.against_file, "metrics": {m: c.as_dict() for m, c in self.against.items()}}
         return {
             "dataset": self.dataset, "store": self.store, "questions": self.questions, "overall": self.overall,
+            "overall_interval": {m: None if v is None else list(v) for m, v in self.intervals.items()},
+            **({"against": against} if self.against_file else {}),
             "by_category": self.by_category, "counts": self.counts, "leakage": self.leakage, "leaked": self.leaked,
             "latency_ms": self.latency_ms, "model_calls": self.model_calls, "tokens": self.tokens,
             "model_by_layer": self.model_by_layer, "losses": self.losses, "rankers": self.rankers,
@@ -127,6 +135,7 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
     return EvalReport(
         dataset=name, store=store, questions=len(results), deadline=deadline_summary(results),
         overall={m: _mean([r.metrics[m] for r in results]) for m in METRICS},
+        intervals={m: interval([v for r in results if (v := r.metrics[m]) is not None]) for m in METRICS},
         by_category={c: {m: _mean([r.metrics[m] for r in rs]) for m in METRICS} for c, rs in sorted(by_category.items())},
         counts={c: len(rs) for c, rs in sorted(by_category.items())},
         leakage=len(leaked), leaked=leaked,
@@ -136,6 +145,17 @@ def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalRepor
         tokens=sum(u["prompt_tokens"] + u["completion_tokens"] for u in by_layer.values()),
         losses=dict(loss_counts.most_common()), results=results, model_by_layer=by_layer, rankers=rankers,
     )  # fmt: skip
+
+
+def compare(report: EvalReport, earlier: dict[str, Any], *, label: str) -> None:
+    """Set ``report.against``: each metric's change from the ``--json`` report ``earlier``, question by question
+    (the questions both hold, where the metric applies in both)."""
+    for metric in METRICS:
+        now = {r.id: r.metrics[metric] for r in report.results}
+        found = change(per_question(earlier, metric), now)
+        if found is not None:
+            report.against[metric] = found
+    report.against_file = label
 
 
 def deadline_summary(results: list[QuestionResult]) -> dict[str, dict[str, float]]:
