@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import numpy as np
@@ -19,6 +20,7 @@ import dossier
 from dossier import cli
 from dossier.bundle import Document, Memory, Org, Section
 from dossier.stores import store_from_url
+from dossier.stores.base import WriteBatch
 from dossier.stores.postgres import PostgresStore
 from dossier.stores.postgres_schema import ORG_TABLES, SCHEMA_VERSION
 from tests.stores.contract import _beta, _contact, make_batch, write_world
@@ -51,7 +53,7 @@ def _two_orgs(store: PostgresStore, embedder: Any) -> None:
 def test_a_query_that_forgets_the_org_filter_sees_nothing_of_another_org(pg_store: PostgresStore, pg_url: str, embedder: Any) -> None:
     _two_orgs(pg_store, embedder)
     assert pg_store.row_security_enforced  # the test role is an ordinary role, as an application's is
-    tables = [*ORG_TABLES, "results"]
+    tables = [*ORG_TABLES, "results", "text_partitions"]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         unscoped = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in [*tables, "orgs"]}  # type: ignore[index]
         assert set(unscoped.values()) == {0}  # no org setting: nothing at all
@@ -104,6 +106,22 @@ def test_migrations_are_recorded_and_applied_once(pg_url: str) -> None:
     assert versions == list(range(1, SCHEMA_VERSION + 1))
 
 
+_BACK_TO_V4 = """
+CREATE TABLE memories_fts_plain AS SELECT org, id, record, tsv, length FROM memories_fts;
+CREATE TABLE sections_fts_plain AS SELECT org, id, document, tsv, length FROM sections_fts;
+DROP TABLE memories_fts, sections_fts, text_partitions CASCADE;
+ALTER TABLE memories_fts_plain RENAME TO memories_fts;
+ALTER TABLE sections_fts_plain RENAME TO sections_fts;
+ALTER TABLE memories_fts ADD PRIMARY KEY (org, id);
+ALTER TABLE sections_fts ADD PRIMARY KEY (org, id);
+CREATE INDEX memories_fts_tsv ON memories_fts USING gin (tsv);
+CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv, length);
+CREATE INDEX sections_fts_tsv ON sections_fts USING gin (tsv);
+CREATE INDEX sections_fts_document ON sections_fts (org, document);
+DELETE FROM dossier_schema WHERE version = 5;
+"""  # the full-text tables as version 4 had them: one table each for every org
+
+
 def test_an_older_database_is_migrated_in_place_and_ranks_as_a_new_one(pg_url: str, embedder: Any) -> None:
     """Migration 4 adds each full-text row's length (BM25 normalises by it) to rows already stored."""
     store = PostgresStore(pg_url)
@@ -111,6 +129,7 @@ def test_an_older_database_is_migrated_in_place_and_ranks_as_a_new_one(pg_url: s
     before = store.search_text("memory", "discount renewal pricing", org="acme", limit=10)
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 3, as a database made before it
+        conn.execute(_BACK_TO_V4)
         conn.execute("DROP INDEX memories_fts_record")
         conn.execute("ALTER TABLE memories_fts DROP COLUMN length")
         conn.execute("ALTER TABLE sections_fts DROP COLUMN length")
@@ -125,6 +144,41 @@ def test_an_older_database_is_migrated_in_place_and_ranks_as_a_new_one(pg_url: s
             lengths = dict(conn.execute("SELECT id, length FROM memories_fts WHERE org = 'acme'").fetchall())
             texts = dict(conn.execute("SELECT id, text FROM memories WHERE org = 'acme'").fetchall())
         assert set(lengths) == set(texts) and all(lengths[i] >= len(texts[i].split()) for i in texts)  # stop words too
+    finally:
+        store.close()
+
+
+def test_migration_5_gives_each_org_its_own_full_text_partitions_and_the_same_answers(pg_url: str, embedder: Any) -> None:
+    store = PostgresStore(pg_url)
+    _two_orgs(store, embedder)
+    asked = [("memory", "discount renewal pricing"), ("section", "discount approval"), ("memory", "zebra")]
+    before = {(kind, org, q): [(h.id, round(h.score, 9)) for h in store.search_text(kind, q, org=org, limit=10)]  # type: ignore[arg-type]
+              for kind, q in asked for org in ("acme", "beta")}  # fmt: skip
+    store.close()
+    assert any(before.values())
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(_BACK_TO_V4)
+    store = PostgresStore(pg_url)  # migration 5 runs
+    try:
+        after = {(kind, org, q): [(h.id, round(h.score, 9)) for h in store.search_text(kind, q, org=org, limit=10)]  # type: ignore[arg-type]
+                 for kind, q in asked for org in ("acme", "beta")}  # fmt: skip
+        assert after == before
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            parts = conn.execute(
+                "SELECT p.relname, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname IN ('memories_fts', 'sections_fts')"
+            ).fetchall()
+            assert sorted(p for p, _ in parts) == ["memories_fts"] * 2 + ["sections_fts"] * 2
+            for _, child in parts:  # each partition holds one org's rows
+                assert len({r[0] for r in conn.execute(f"SELECT DISTINCT org FROM {child}")}) == 1, child
+            # a new org writing gets its own partitions too
+        store.write(WriteBatch(orgs=[Org(id="gamma")], memories=[(Memory(
+            id="g-m", org="gamma", record="g-r", text="zebra crossing", created_at=datetime(2025, 1, 1, tzinfo=timezone.utc)), "h")]))
+        assert [h.id for h in store.search_text("memory", "zebra", org="gamma", limit=5)] == ["g-m"]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT set_config('dossier.org', 'gamma', false)")
+            suffix = conn.execute("SELECT name FROM text_partitions WHERE org = 'gamma'").fetchone()[0]  # type: ignore[index]
+            assert conn.execute(f"SELECT id FROM memories_fts_{suffix}").fetchall() == [("g-m",)]
     finally:
         store.close()
 
@@ -265,6 +319,51 @@ def test_a_small_orgs_full_text_search_never_scans_the_shared_gin_index(pg_store
     statements.clear()
     assert pg_store.search_text("memory", "zanzibar", org="globex", limit=10)
     assert not any("OFFSET 0" in sql for sql, _ in statements if "@@" in sql)
+
+
+def test_every_orgs_full_text_search_reads_its_own_partition_alone(pg_store: PostgresStore, pg_url: str, embedder: Any) -> None:
+    """The full-text tables are partitioned by org (migration 5), each partition with its own GIN index: a
+    search of any org, small or large, is planned on that org's partitions and no other's, so what other
+    orgs hold neither reaches its answer nor moves its cost."""
+    write_world(pg_store, embedder)  # acme: small
+    def text(n: int) -> str:
+        return ("renewal discount approval " if n % 25 else "renewal zanzibar approval ") * 4 + str(n)
+
+    for org in ("globex", "initech"):  # two large orgs holding the word
+        documents = [Document(id=f"{org}-d{n}", org=org, title=f"{org} {n}", sections=tuple(
+            Section(id=f"{org}-d{n}-s{k}", heading="Renewal", text=text(n)) for k in range(4))) for n in range(500)]
+        memories = [Memory(id=f"{org}-m{n}", org=org, record=f"{org}-r", text=text(n), created_at="2024-05-01T00:00:00Z")
+                    for n in range(2000)]  # fmt: skip
+        pg_store.write(make_batch(embedder, orgs=[Org(id=org)], records=[_contact(org, f"{org}-r")], memories=memories,
+                                  documents=documents, vectors=False))  # fmt: skip
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("ANALYZE memories_fts; ANALYZE sections_fts")
+        owned: dict[str, set[str]] = {}
+        for org in ("acme", "globex", "initech"):
+            conn.execute("SELECT set_config('dossier.org', %s, false)", [org])
+            suffix = conn.execute("SELECT name FROM text_partitions WHERE org = %s", [org]).fetchone()[0]  # type: ignore[index]
+            owned[org] = {f"memories_fts_{suffix}", f"sections_fts_{suffix}"}
+    partitions = set().union(*owned.values())
+    pg_store._text.sample = 200  # acme's rows fit a sample this size, the others' do not: they count as large
+    statements: list[tuple[str, list[Any]]] = []
+    query = pg_store._text._query
+    pg_store._text._query = lambda org, sql, params: statements.append((sql, list(params))) or query(org, sql, params)  # type: ignore[method-assign]
+
+    def relations(sql: str, params: list[Any]) -> set[str]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            register_vector(conn)
+            plan = json.dumps(conn.execute(("EXPLAIN (FORMAT JSON) " + sql).replace("%b", "%s"), params).fetchone()[0])  # type: ignore[index]
+        return {name for name in partitions if name in plan}
+
+    for org in ("acme", "globex"):
+        for kind, parents in (("memory", None), ("section", None), ("memory", [f"{org}-r" if org != "acme" else "r-bob"])):
+            statements.clear()
+            hits = pg_store.search_text(kind, "zanzibar renewal discount", org=org, limit=10, parents=parents)  # type: ignore[arg-type]
+            assert hits and not [h.id for h in hits if h.id.split("-")[0] in owned.keys() - {org}], (org, kind, hits)
+            read = [(sql, params) for sql, params in statements if "_fts" in sql]
+            assert read, (org, kind)
+            touched = set().union(*(relations(sql, params) for sql, params in read))
+            assert touched and touched <= owned[org], (org, kind, touched)
 
 
 # -- selection by URL ------------------------------------------------------------------------------

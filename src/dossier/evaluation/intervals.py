@@ -23,7 +23,7 @@ _SEED = 20261206
 _CHUNK = 250  # resamples drawn at once (bounds the index matrix: _CHUNK x questions)
 
 
-def interval(values: Sequence[float]) -> tuple[float, float] | None:
+def interval(values: Sequence[float] | np.ndarray) -> tuple[float, float] | None:
     """The 95% percentile bootstrap interval of the mean of ``values`` (None: no values)."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:

@@ -1,9 +1,12 @@
 """The scale store: PostgreSQL with pgvector (HNSW, cosine) and ``tsvector`` / GIN full text, via psycopg 3.
 
 Layout (``postgres_schema.py``): one table per kind of item, every row keyed by ``(org, id)``; full
-text in ``tsvector`` side tables with GIN indexes (``postgres_fulltext.py`` ranks them); vectors in
-``vectors``, list-partitioned by org, so each org's nearest-neighbour search runs over its own rows and
-its own index (an HNSW graph filtered by org afterwards would return too few hits for a small org).
+text in ``tsvector`` side tables with GIN indexes (``postgres_fulltext.py`` ranks them), list-partitioned
+by org, so that no org's search reads another org's postings (its statements are planned at each run, for
+their org's partition: never a plan shared by every org); vectors in ``vectors``, list-partitioned by org,
+so each org's nearest-neighbour search runs over its own rows and its own index (an HNSW graph filtered by
+org afterwards would return too few hits for a small org). A write creates the partitions of an org it
+is the first to write.
 
 Vector search is exact (a scan of the org's rows of one kind) until that org holds ``exact_below``
 vectors of the kind; the write that crosses the line builds a partial HNSW index (cosine) for that org
@@ -31,7 +34,7 @@ import re
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, LiteralString, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, LiteralString, Sequence, cast
 from urllib.parse import parse_qsl, urlencode
 
 import numpy as np
@@ -47,7 +50,7 @@ from ..identifiers import IdentifierKind, normalize
 from .base import VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, walk_edges
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
-from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, partition_ddl
+from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, partition_ddl, text_partition_ddl
 from .postgres_write import group_by_org, write_org
 
 _TABLES: dict[str, str] = {
@@ -56,6 +59,7 @@ _TABLES: dict[str, str] = {
 }  # fmt: skip
 _MIGRATION_LOCK = 7_345_001  # pg_advisory_xact_lock keys
 _PARTITION_LOCK = 7_345_002
+_TEXT_PARTITION_LOCK = 7_345_004
 _INDEX_LOCK = 7_345_003
 _MAX_EF_SEARCH = 1000  # pgvector's ceiling; an HNSW scan returns at most ef_search rows
 _CHUNK = 20_000
@@ -66,6 +70,24 @@ def trusted(text: str | sql.Composed) -> LiteralString | sql.Composed:
     """SQL this module wrote itself (migrations, partition DDL, queries assembled from its own constants,
     values always passed as parameters), for psycopg's literal-string check."""
     return text if isinstance(text, sql.Composed) else cast(LiteralString, text)
+
+
+def _suffix(org: str) -> str:
+    """The part of ``org``'s partition names that is its own (a digest: any org id makes a valid name)."""
+    return hashlib.sha256(org.encode()).hexdigest()[:20]
+
+
+def _attach(conn: psycopg.Connection, org: str, registry: LiteralString, lock: int, name: str,
+            ddl: Callable[[str, str], list[str]]) -> None:  # fmt: skip
+    """Create and attach ``org``'s partitions (``ddl(name, org literal)``) on ``conn``'s transaction unless
+    ``registry`` already lists them, under an advisory lock so that two writers do not both create them."""
+    conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [lock, org])
+    if conn.execute(trusted(f"SELECT 1 FROM {registry} WHERE org = %b"), [org]).fetchone() is None:
+        literal = sql.Literal(org).as_string(conn)
+        for statement in ddl(name, literal):
+            conn.execute(trusted(statement))
+        conn.execute(trusted(f"INSERT INTO {registry} VALUES (%b, %b)"), [org, name])
 
 
 class _Connection(psycopg.Connection):
@@ -105,7 +127,10 @@ class PostgresStore:
         self.session_settings = options.get("settings", "session" if session_settings else "transaction") == "session"
         self._indexed: dict[tuple[str, str], float | bool] = {}  # (org, kind) -> True, or when last seen unindexed
         self._partitions: dict[str, str] = {}  # org -> partition table, once known to exist
-        self._text = TextSearch(lambda org, query, params: self._query(org, query, params))
+        self._text_partitions: set[str] = set()  # orgs whose full-text partitions are known to exist
+        # full text is never prepared: a plan made once for every org (a generic plan) is chosen from the
+        # statistics of all orgs' partitions together, and its shape, so its cost, would follow what other orgs hold
+        self._text = TextSearch(lambda org, query, params: self._query(org, query, params, prepare=False))
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 self.row_security_enforced = self._migrate(conn)
@@ -182,18 +207,22 @@ class PostgresStore:
             )
             conn.dossier_org, conn.ef_search = org, ef_search or conn.ef_search
 
-    def _query(self, org: str, query: str | sql.Composed, params: Sequence[Any] = (), *, ef_search: int | None = None) -> list[tuple]:
+    def _query(self, org: str, query: str | sql.Composed, params: Sequence[Any] = (), *, ef_search: int | None = None,
+               prepare: bool | None = None) -> list[tuple]:  # fmt: skip
+        """Rows of ``query`` run for ``org``. ``prepare=False`` keeps it from being prepared on the server: it is
+        planned at each run for its own parameters (its org's partition and that partition's statistics), never
+        by a plan made once for any org from the whole table's."""
         try:
             with self._pool.connection() as conn:
                 if self.session_settings:
                     self._scope(cast(_Connection, conn), org, ef_search)
-                    return conn.execute(trusted(query), params, binary=True).fetchall()
+                    return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
                 with conn.transaction():  # behind a transaction-pooling proxy: settings last one transaction
                     conn.execute(
                         "SELECT set_config('dossier.org', %b, true), set_config('hnsw.ef_search', %b, true)",
                         [org, str(ef_search or 40)],
                     )
-                    return conn.execute(trusted(query), params, binary=True).fetchall()
+                    return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreUnavailable(f"PostgreSQL store at {self._label} is unreachable: {exc}") from exc
         except psycopg.Error as exc:
@@ -211,6 +240,7 @@ class PostgresStore:
         orgs: set[str] = set()
         kinds: set[tuple[str, str]] = set()
         created: dict[str, str] = {}  # vector partitions this transaction attaches (known to all once it commits)
+        texts: set[str] = set()  # ... and full-text partitions
         try:
             with self._transaction(None) as conn:
                 for batch in batches:
@@ -219,6 +249,9 @@ class PostgresStore:
                         # on this transaction: one attached by another session after this one first touched
                         # ``vectors`` (deleting a record's old property vectors, say) would stay unseen here
                         created[org] = self._create_partition(conn, org)
+                    for org in sorted(set(groups) - self._text_partitions - texts):  # every org writing may hold text
+                        self._create_text_partitions(conn, org)
+                        texts.add(org)
                     for org in sorted(groups):
                         conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
                         write_org(conn.cursor(binary=True), org, groups[org])
@@ -235,6 +268,7 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL write failed (nothing was written): {exc}") from exc
         self._partitions.update(created)
+        self._text_partitions |= texts
         self._text.forget(orgs)
         self._analyze(sizes)
         for org, kind in sorted(kinds):
@@ -263,15 +297,15 @@ class PostgresStore:
     def _create_partition(conn: psycopg.Connection, org: str) -> str:
         """Create and attach ``org``'s vector partition on ``conn``'s transaction unless it exists; its name
         (to remember once that transaction commits)."""
-        name = "vectors_" + hashlib.sha256(org.encode()).hexdigest()[:20]
-        conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
-        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [_PARTITION_LOCK, org])
-        if conn.execute("SELECT 1 FROM vector_partitions WHERE org = %b", [org]).fetchone() is None:
-            literal = sql.Literal(org).as_string(conn)
-            for statement in partition_ddl(name, literal):
-                conn.execute(trusted(statement))
-            conn.execute("INSERT INTO vector_partitions VALUES (%b, %b)", [org, name])
+        name = "vectors_" + _suffix(org)
+        _attach(conn, org, "vector_partitions", _PARTITION_LOCK, name, partition_ddl)
         return name
+
+    @staticmethod
+    def _create_text_partitions(conn: psycopg.Connection, org: str) -> None:
+        """Create and attach ``org``'s partitions of the full-text tables on ``conn``'s transaction unless they
+        exist (each org's GIN index holds its rows alone: a search reads no other org's postings)."""
+        _attach(conn, org, "text_partitions", _TEXT_PARTITION_LOCK, _suffix(org), text_partition_ddl)
 
     def _index_name(self, org: str, kind: str) -> str:
         return f"{self._partitions[org]}_{kind}_hnsw"

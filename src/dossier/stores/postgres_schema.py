@@ -11,6 +11,9 @@ every full-text search would then read all of the org's rows. Full-text hits are
 protected table before they leave the store, so a search that forgot its org filter would still
 return nothing of another org.
 Vectors live in ``vectors``, list-partitioned by org; :func:`partition_ddl` adds one org's partition.
+The full-text tables are list-partitioned by org too (version 5; :func:`text_partition_ddl`, recorded in
+``text_partitions``): each org's GIN index holds its own rows alone, so no org's search reads, or takes
+longer for, another org's postings.
 Ids are ``COLLATE "C"`` so that ``ORDER BY id`` sorts bytewise, as the SQLite store does.
 """
 
@@ -147,6 +150,59 @@ MIGRATIONS: tuple[str, ...] = (
     END $$;
     """
     + "CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv, length);\n",
+    # 5: the full-text tables list-partitioned by org, as vectors are: each org's GIN index holds its own rows
+    # alone, so a search reads no other org's postings and takes no longer for what other orgs hold
+    """
+    ALTER TABLE memories_fts RENAME TO memories_fts_v4;
+    ALTER TABLE sections_fts RENAME TO sections_fts_v4;
+    ALTER INDEX memories_fts_tsv RENAME TO memories_fts_v4_tsv;
+    ALTER INDEX memories_fts_record RENAME TO memories_fts_v4_record;
+    ALTER INDEX sections_fts_tsv RENAME TO sections_fts_v4_tsv;
+    ALTER INDEX sections_fts_document RENAME TO sections_fts_v4_document;
+    ALTER TABLE memories_fts_v4 RENAME CONSTRAINT memories_fts_pkey TO memories_fts_v4_pkey;
+    ALTER TABLE sections_fts_v4 RENAME CONSTRAINT sections_fts_pkey TO sections_fts_v4_pkey;
+    CREATE TABLE memories_fts (
+        org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, record text COLLATE "C" NOT NULL,
+        tsv tsvector NOT NULL, length integer NOT NULL DEFAULT 1, PRIMARY KEY (org, id)
+    ) PARTITION BY LIST (org);
+    CREATE INDEX memories_fts_tsv ON memories_fts USING gin (tsv);
+    CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv, length);
+    CREATE TABLE sections_fts (
+        org text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, document text COLLATE "C" NOT NULL,
+        tsv tsvector NOT NULL, length integer NOT NULL DEFAULT 1, PRIMARY KEY (org, id)
+    ) PARTITION BY LIST (org);
+    CREATE INDEX sections_fts_tsv ON sections_fts USING gin (tsv);
+    CREATE INDEX sections_fts_document ON sections_fts (org, document);
+    CREATE TABLE text_partitions (org text COLLATE "C" PRIMARY KEY, name text NOT NULL UNIQUE);
+    """
+    + _row_security("text_partitions")
+    # every org with rows gets its partitions and its rows back (scoped to it: text_partitions is behind
+    # row-level security); the rows of the old tables are not behind it
+    + """
+    DO $$
+    DECLARE o text; h text;
+    BEGIN
+        FOR o IN SELECT org FROM memories_fts_v4 UNION SELECT org FROM sections_fts_v4 ORDER BY 1 LOOP
+            PERFORM set_config('dossier.org', o, true);
+            h := substr(encode(sha256(convert_to(o, 'UTF8')), 'hex'), 1, 20);
+            FOR t IN 0..1 LOOP
+                EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+                               (ARRAY['memories_fts_', 'sections_fts_'])[t + 1] || h, (ARRAY['memories_fts', 'sections_fts'])[t + 1]);
+                EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (org = %L COLLATE "C")',
+                               (ARRAY['memories_fts_', 'sections_fts_'])[t + 1] || h,
+                               (ARRAY['memories_fts_', 'sections_fts_'])[t + 1] || h || '_org', o);
+                EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES IN (%L)',
+                               (ARRAY['memories_fts', 'sections_fts'])[t + 1], (ARRAY['memories_fts_', 'sections_fts_'])[t + 1] || h, o);
+            END LOOP;
+            INSERT INTO text_partitions VALUES (o, h);
+            INSERT INTO memories_fts (org, id, record, tsv, length) SELECT org, id, record, tsv, length FROM memories_fts_v4 WHERE org = o;
+            INSERT INTO sections_fts (org, id, document, tsv, length) SELECT org, id, document, tsv, length FROM sections_fts_v4 WHERE org = o;
+        END LOOP;
+        PERFORM set_config('dossier.org', '', true);
+    END $$;
+    DROP TABLE memories_fts_v4;
+    DROP TABLE sections_fts_v4;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -165,6 +221,21 @@ def partition_ddl(name: str, org_literal: str) -> list[str]:
         f"ALTER TABLE vectors ATTACH PARTITION {name} FOR VALUES IN ({org_literal})",
         *_row_security(name).strip().rstrip(";").split(";\n"),
     ]
+
+
+def text_partition_ddl(suffix: str, org_literal: str) -> list[str]:
+    """Statements that create and attach one org's partitions of ``memories_fts`` and ``sections_fts``
+    (``memories_fts_<suffix>``, ...; ``org_literal`` already quoted), as :func:`partition_ddl` does for vectors:
+    the parent's indexes (its GIN index among them) are made on each partition as it is attached."""
+    out = []
+    for parent in ("memories_fts", "sections_fts"):
+        name = f"{parent}_{suffix}"
+        out += [
+            f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
+            f'ALTER TABLE {name} ADD CONSTRAINT {name}_org CHECK (org = {org_literal} COLLATE "C")',
+            f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES IN ({org_literal})",
+        ]
+    return out
 
 
 #: The ``tsvector`` of a section (title and heading weigh as A, the text as B) and of a memory.
