@@ -272,10 +272,10 @@ def test_full_text_weighs_rare_words_and_prunes_common_ones(pg_store: PostgresSt
 
 
 def test_a_small_orgs_full_text_search_never_scans_the_shared_gin_index(pg_store: PostgresStore, pg_url: str, embedder: Any) -> None:
-    """The GIN index holds every org's rows: a scan of it reads a word's postings across orgs before the
-    org's own are kept, so a search would take longer the more rows of other orgs hold the word. A small
-    org's searches read its own rows from the org index instead: no statement they run is planned on a
-    GIN index, whatever other orgs hold."""
+    """A small org's searches read its own rows from the org index behind a fence: no statement they run is
+    planned on a GIN index, whatever other orgs hold (before schema version 5 one GIN index held every
+    org's rows, and a scan of it read a word's postings across orgs; each org now has its own partition,
+    below)."""
     write_world(pg_store, embedder)  # acme: a small org
     pg_store.write(make_batch(embedder, memories=[Memory(id="m-zan", org="acme", record="r-bob", text="Zanzibar renewal note",
                                                         created_at="2024-05-01T00:00:00Z")], vectors=False))  # fmt: skip
