@@ -271,56 +271,6 @@ def test_full_text_weighs_rare_words_and_prunes_common_ones(pg_store: PostgresSt
     assert len(among) == 17 and [h.id for h in among[:2]] == ["m-zep-0", "m-zep-1"]  # 16 + "Bob wants ... invoices"
 
 
-def test_a_small_orgs_full_text_search_never_scans_the_shared_gin_index(pg_store: PostgresStore, pg_url: str, embedder: Any) -> None:
-    """A small org's searches read its own rows from the org index behind a fence: no statement they run is
-    planned on a GIN index, whatever other orgs hold (before schema version 5 one GIN index held every
-    org's rows, and a scan of it read a word's postings across orgs; each org now has its own partition,
-    below)."""
-    write_world(pg_store, embedder)  # acme: a small org
-    pg_store.write(make_batch(embedder, memories=[Memory(id="m-zan", org="acme", record="r-bob", text="Zanzibar renewal note",
-                                                        created_at="2024-05-01T00:00:00Z")], vectors=False))  # fmt: skip
-    # globex: "zanzibar" in one row of 25
-    def text(n: int) -> str:
-        return ("renewal discount approval " if n % 25 else "renewal zanzibar approval ") * 4 + str(n)
-
-    documents = [Document(id=f"g-d{n}", org="globex", title=f"Globex {n}", sections=tuple(
-        Section(id=f"g-d{n}-s{k}", heading="Renewal", text=text(n)) for k in range(4))) for n in range(2000)]
-    memories = [Memory(id=f"g-m{n}", org="globex", record="g-r", text=text(n), created_at="2024-05-01T00:00:00Z")
-                for n in range(2000)]  # fmt: skip
-    pg_store.write(make_batch(embedder, orgs=[Org(id="globex")], records=[_contact("globex", "g-r")], memories=memories,
-                              documents=documents, vectors=False))  # fmt: skip
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("ANALYZE memories_fts; ANALYZE sections_fts")
-    pg_store._text.sample = 200  # acme's rows fit a sample this size, globex's do not: globex counts as large
-    statements: list[tuple[str, list[Any]]] = []
-    query = pg_store._text._query
-    pg_store._text._query = lambda org, sql, params: statements.append((sql, list(params))) or query(org, sql, params)  # type: ignore[method-assign]
-
-    def planned_on_gin(sql: str, params: list[Any]) -> bool:
-        """Whether the planner reaches for a GIN index."""
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            register_vector(conn)
-            plan = conn.execute(("EXPLAIN (FORMAT JSON) " + sql).replace("%b", "%s"), params).fetchone()
-        return "_fts_tsv" in json.dumps(plan[0])  # type: ignore[index]
-
-    for kind in ("section", "memory"):
-        statements.clear()
-        hits = pg_store.search_text(kind, "zanzibar", org="acme", limit=10)  # type: ignore[arg-type]
-        assert all(not h.id.startswith("g-") for h in hits)
-        assert [h.id for h in hits] == (["m-zan"] if kind == "memory" else [])
-        searched = [(sql, params) for sql, params in statements if "@@" in sql]
-        assert searched, kind
-        # the org's rows are read from the org index behind a fence (OFFSET 0) the match cannot be pushed
-        # through, so no plan can scan the GIN index for it
-        table = {"memory": "memories_fts", "section": "sections_fts"}[kind]
-        assert all(f"FROM {table} WHERE org = %b OFFSET 0" in sql for sql, _ in searched), kind
-        assert not [sql for sql, params in searched if planned_on_gin(sql, params)], kind
-    # a large org (its rows past the sample) matches through the GIN index as before
-    statements.clear()
-    assert pg_store.search_text("memory", "zanzibar", org="globex", limit=10)
-    assert not any("OFFSET 0" in sql for sql, _ in statements if "@@" in sql)
-
-
 def test_every_orgs_full_text_search_reads_its_own_partition_alone(pg_store: PostgresStore, pg_url: str, embedder: Any) -> None:
     """The full-text tables are partitioned by org (migration 5), each partition with its own GIN index: a
     search of any org, small or large, is planned on that org's partitions and no other's, so what other

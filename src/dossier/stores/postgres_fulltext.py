@@ -23,9 +23,9 @@ thousands of rows, at some microseconds each. So, per query:
   matching the others ranked too, again at most ``cap`` of them (words that common carry little
   evidence: their IDF is near zero). An org with fewer than ``cap`` rows of a kind, and any search among
   given parents (a record's memories), gets the complete ranking;
-* the GIN index holds every org's rows, so a match through it reads a word's postings across orgs: an org
-  whose rows all fit its sample (``sample``, 5,000) is matched over its own rows read from the org index
-  instead, so that what other orgs hold never changes how long its searches take.
+* each org's rows are its own partition of the table, with its own GIN index (schema version 5), and
+  the store runs these statements unprepared, each planned for its org's partition: a match reads no
+  other org's postings, and what other orgs hold never changes how long an org's searches take.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class TextSearch:
         """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``."""
         table, parent = _TABLES[kind]
         lexeme = self._lexemes(org, found)
-        rows, avg_length, df, small = self._statistics(org, kind, found, lexeme)
+        rows, avg_length, df = self._statistics(org, kind, found, lexeme)
         idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
         # terms in half the rows or more have no weight (BM25's IDF floor) and are left out of the score
         scored = [t for t in found if idf[t] > 1e-6 and lexeme[t]] or [t for t in found if lexeme[t]][:1]
@@ -94,11 +94,8 @@ class TextSearch:
                 matched += df[term]
         common = [t for t in found if t not in rare]
         # among parents, their rows come from the (org, parent) index and are filtered by the query (OFFSET 0
-        # fences the filter off, or the planner intersects with a GIN scan of every row holding a common word).
-        # A small org's rows come from the org index the same way: the GIN index holds every org's rows, and a
-        # scan of it reads a word's postings across orgs before the org's own are kept, so the search would
-        # take longer the more rows of other orgs hold the word (one org timing another's vocabulary)
-        fenced = parents is not None or small
+        # fences the filter off, or the planner intersects with a GIN scan of every row holding a common word)
+        fenced = parents is not None
         fts = f"(SELECT * FROM {table}_fts WHERE {scope} OFFSET 0) p" if fenced else f"{table}_fts"
         fts_params = scope_params if fenced else []
         cap = self.cap if parents is None else 2**31 - 1  # a few parents' rows are all ranked
@@ -146,9 +143,8 @@ class TextSearch:
             self._lexeme.update((term, lex) for term, lex in rows)
         return {t: self._lexeme.get(t) for t in found}
 
-    def _statistics(self, org: str, kind: str, found: list[str], lexeme: dict[str, str | None]) -> tuple[int, float, dict[str, int], bool]:
-        """Rows of ``kind`` in the org, their average length in tokens, each term's document frequency, and
-        whether the org is small: its rows of the kind all fit the sample."""
+    def _statistics(self, org: str, kind: str, found: list[str], lexeme: dict[str, str | None]) -> tuple[int, float, dict[str, int]]:
+        """Rows of ``kind`` in the org, their average length in tokens, and each term's document frequency."""
         stats = self._sample(org, kind)
         now = time.monotonic()
         df: dict[str, int] = {}
@@ -178,7 +174,7 @@ class TextSearch:
             for term, n in counted:
                 df[term] = int(n)
                 self._df[(org, kind, term)] = (int(n), now)
-        return max(stats.rows, 1), max(stats.average_length, 1.0), df, stats.complete
+        return max(stats.rows, 1), max(stats.average_length, 1.0), df
 
     def _sample(self, org: str, kind: str) -> "_Sample":
         """The org's row count and, from its first ``sample`` rows, their average length and how many of
