@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
@@ -171,7 +172,7 @@ def test_migration_5_gives_each_org_its_own_full_text_partitions_and_the_same_an
             assert sorted(p for p, _ in parts) == ["memories_fts"] * 2 + ["sections_fts"] * 2
             for _, child in parts:  # each partition holds one org's rows
                 assert len({r[0] for r in conn.execute(f"SELECT DISTINCT org FROM {child}")}) == 1, child
-            # a new org writing gets its own partitions too
+        # a new org writing gets its own partitions too
         store.write(WriteBatch(orgs=[Org(id="gamma")], memories=[(Memory(
             id="g-m", org="gamma", record="g-r", text="zebra crossing", created_at=datetime(2025, 1, 1, tzinfo=timezone.utc)), "h")]))
         assert [h.id for h in store.search_text("memory", "zebra", org="gamma", limit=5)] == ["g-m"]
@@ -338,3 +339,20 @@ def test_without_the_postgres_extra_the_error_names_it(monkeypatch: pytest.Monke
     with pytest.raises(dossier.MissingExtra, match=r"postgres") as caught:
         store_from_url("postgresql://localhost/dossier")
     assert caught.value.extra == "postgres"
+
+
+def test_full_text_statements_are_never_prepared_but_other_reads_are(pg_store: PostgresStore, embedder: Any) -> None:
+    """A statement prepared on the server may run on a plan made once for every org (a generic plan), whose
+    shape is chosen from all orgs' partitions together: full text runs unprepared, planned for its org."""
+    write_world(pg_store, embedder)
+    for _ in range(12):  # past psycopg's prepare threshold (5) on any pooled connection
+        assert pg_store.search_text("memory", "discount renewal", org="acme", limit=5)
+        assert pg_store.search_text("section", "discount approval", org="acme", limit=5)
+        pg_store.recent_memories(["r-jane"], org="acme", limit=3)
+    prepared: list[str] = []
+    with ExitStack() as stack:  # every connection of the pool at once
+        connections = [stack.enter_context(pg_store._pool.connection()) for _ in range(pg_store._pool.max_size)]
+        for conn in connections:
+            prepared += [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
+    assert any("memories" in s and "created_at" in s for s in prepared), prepared  # the recent tier is prepared
+    assert not [s for s in prepared if "_fts" in s], [s for s in prepared if "_fts" in s]
