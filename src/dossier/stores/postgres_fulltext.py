@@ -95,9 +95,8 @@ class TextSearch:
         common = [t for t in found if t not in rare]
         # among parents, their rows come from the (org, parent) index and are filtered by the query (OFFSET 0
         # fences the filter off, or the planner intersects with a GIN scan of every row holding a common word)
-        fenced = parents is not None
-        fts = f"(SELECT * FROM {table}_fts WHERE {scope} OFFSET 0) p" if fenced else f"{table}_fts"
-        fts_params = scope_params if fenced else []
+        fts = f"{table}_fts" if parents is None else f"(SELECT * FROM {table}_fts WHERE {scope} OFFSET 0) p"
+        fts_params = [] if parents is None else scope_params
         cap = self.cap if parents is None else 2**31 - 1  # a few parents' rows are all ranked
         # hits leave the store only if the content table (row-level security) agrees they are the org's
         visible = f"WHERE EXISTS (SELECT 1 FROM {table} c WHERE c.org = %b AND c.id = r.id) ORDER BY score DESC, id"
