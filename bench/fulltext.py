@@ -20,12 +20,9 @@ rows with equal scores are interchangeable, and the bench's texts repeat, so man
 ``best_equal`` (questions whose best score is the complete ranking's best) and ``scores_exact``
 (store hits whose score is bm25()'s for that row, checked over the complete ranking's top 2,000), with
 the load average before and after. The first ``--warmup`` questions (each term's first document
-frequency is counted then) are not counted. Where other orgs' rows share the table
-(``other_orgs_in_table``), FTS5's bm25() counts them in its statistics and the store does not (its
-statistics are each org's own, docs/scaling.md): the scores then differ by design (``scores_exact`` and
-``best_equal`` near 0), and the times and the overlap of ids are what to read; or compare with the
-store's own complete ranking over the org's statistics (``--reference store``: the store unpruned),
-which is what pruning there gives up:
+frequency is counted then) are not counted. Each org's full text is a table of its own (schema version
+5), so bm25() there is over the org's own rows; ``--reference store`` compares with the store itself,
+unpruned, instead:
 
     python bench/fulltext.py DIR/one-record-20000.db --org northwind --scope record:rec-jane --reference store
 """
@@ -52,13 +49,16 @@ from dossier.stores.fulltext import fts5_query  # noqa: E402
 from dossier.stores.sqlite import SQLiteStore  # noqa: E402
 from dossier.stores.sqlite_schema import SLOT_BITS  # noqa: E402
 
-TABLES = {"memory": ("memories_fts", "memories", "record", "bm25(memories_fts)"),
-          "section": ("sections_fts", "sections", "document", "bm25(sections_fts, 0.0, 2.0, 2.0, 1.0)")}  # fmt: skip
-
-
 def complete(db: sqlite3.Connection, kind: str, query: str, org: str, limit: int, slots: list[int] | None) -> list[tuple]:
-    """FTS5's complete ranking, with the SQL the store ran before pruning (slot ranges, bm25(), ties by id)."""
-    fts, table, parent, rank = TABLES[kind]
+    """FTS5's complete ranking over the org's own table, with the SQL the store ran before pruning (slot
+    ranges, bm25(), ties by id)."""
+    number = db.execute("SELECT number FROM text_tables WHERE org = ?", [org]).fetchone()[0]
+    if kind == "memory":
+        fts, table, parent = f"memories_fts_{number}", "memories", "record"
+        rank = f"bm25({fts})"
+    else:
+        fts, table, parent = f"sections_fts_{number}", "sections", "document"
+        rank = f"bm25({fts}, 2.0, 2.0, 1.0)"
     match = fts5_query(query)
     if match is None:
         return []
@@ -111,15 +111,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--limit", type=int, help="hits per search (default: 100 for memories, 30 for sections)")
     parser.add_argument("--line", type=int, default=30_000, help="the store's text_prune_rows")
-    parser.add_argument("--shared-line", type=int, default=5_000,
-                        help="the store's shared_text_prune_rows (its line where other orgs share the table)")
     parser.add_argument("--reference", choices=("fts5", "store"), default="fts5",
                         help="the complete ranking to compare with: FTS5's bm25() (default), or the store's own, "
-                             "unpruned (the right one where other orgs share the table)")
+                             "unpruned")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    store = SQLiteStore(args.store, text_prune_rows=args.line, shared_text_prune_rows=args.shared_line)
-    unpruned = SQLiteStore(args.store, text_prune_rows=10**9, shared_text_prune_rows=10**9)
+    store = SQLiteStore(args.store, text_prune_rows=args.line)  # opens (and migrates) the file first
+    unpruned = SQLiteStore(args.store, text_prune_rows=10**9)
     db = sqlite3.connect(f"file:{args.store}?mode=ro", uri=True, isolation_level=None)
     kind, within = parents(db, args.org, args.scope)
     slots = None if within is None else store._slots(kind, args.org, within)
@@ -161,14 +159,13 @@ def main() -> None:
                 exact += h[2] == scores[h[0]]
     out = {
         "store": args.store, "org": args.org, "scope": args.scope, "kind": kind, "parents": len(within or []),
-        "scope_rows": store._text.scope_rows(kind, 10**9, org=args.org, slots=slots), "line": args.line, "shared_line": args.shared_line, "reference": args.reference, "limit": limit,
+        "scope_rows": store._text.scope_rows(kind, 10**9, org=args.org, slots=slots), "line": args.line, "reference": args.reference, "limit": limit,
         "questions": len(times["store"]),
         **{f"{way}_p50_ms": round(statistics.median(v), 2) for way, v in times.items()},
         **{f"{way}_p95_ms": round(percentile(v, 0.95), 2) for way, v in times.items()},
         "overlap_ids": round(statistics.mean(ids), 3) if ids else None,
         "overlap_tied": round(statistics.mean(tied), 3) if tied else None,
         "best_equal": f"{best}/{len(ids)}", "scores_exact": f"{exact}/{checked}",
-        "other_orgs_in_table": bool(db.execute(f"SELECT EXISTS (SELECT 1 FROM {TABLES[kind][1]} WHERE org != ?)", [args.org]).fetchone()[0]),
         "load_average_before": [round(x, 2) for x in load_before], "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
     print(json.dumps(out))

@@ -13,15 +13,15 @@ record of ``--own-memories`` memories, default 40, one holding it) and ``b``
 (``--other-documents`` documents of 8 sections and as many memories). In the first file every section and
 memory of ``b`` holds the word; in the second none does (another word in its place, the same lengths).
 Then times ``search_text`` of org ``a`` for the word: org-wide over sections, and among the record's
-memories, ``--searches`` times each, and prints one JSON line with the p50 of each search in each file,
+memories, ``--searches`` times each (each search in both files in turn, which file goes first
+alternating), and prints one JSON line with the p50 of each search in each file,
 their ratio (``with / without``) and the load average. The hits must be the same in both files.
 
-FTS5's index is one for every org in a file: a search that matched the shared index read the word's
-postings across orgs before keeping the org's own rows, so its cost grew with what the other org holds (a
-timing channel between orgs). A small org's searches now read its own rows alone, and on PostgreSQL every
-org's full text is its own partition with its own GIN index (docs/retrieve.md, "What one org can learn of
-another"): the ratio should be near 1, for a large org ``a`` too on PostgreSQL (on SQLite an org past
-5,000 rows of a kind still matches the shared index).
+Before SQLite schema version 5, FTS5's index was one for every org in a file: a search that matched it
+read the word's postings across orgs before keeping the org's own rows, so its cost grew with what the
+other org holds (a timing channel between orgs). Now every org's full text is a table of its own in
+SQLite, and its own partition with its own GIN index on PostgreSQL (docs/retrieve.md, "What one org can
+learn of another"): the ratio should be near 1, for a small and a large org ``a``, on both stores.
 """
 
 from __future__ import annotations
@@ -81,17 +81,24 @@ def open_store(postgres: str | None, tmp: str, name: str) -> Any:
     return PostgresStore(fresh_pg_database(pg_server(Path(postgres)).get_uri(), f"isolation_{name}"))
 
 
-def timed(store: Any, searches: int) -> tuple[dict[str, float], list[list[str]]]:
+def timed(stores: dict[bool, Any], searches: int) -> tuple[dict[bool, dict[str, float]], dict[bool, list[list[str]]]]:
+    """Each search timed in both stores in turn (which goes first alternates), so that neither store's
+    figures carry the order they were measured in."""
     kinds = {"sections": ("section", None), "memories": ("memory", ["a-r"])}
-    out, hits = {}, []
+    out: dict[bool, dict[str, float]] = {holds: {} for holds in stores}
+    hits: dict[bool, list[list[str]]] = {holds: [] for holds in stores}
     for name, (kind, parents) in kinds.items():
-        times = []
-        for _ in range(searches):
-            started = time.perf_counter()
-            found = store.search_text(kind, WORD, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-            times.append((time.perf_counter() - started) * 1000)
-        out[name] = round(statistics.median(times), 4)
-        hits.append([h.id for h in found])
+        times: dict[bool, list[float]] = {holds: [] for holds in stores}
+        found: dict[bool, list[str]] = {}
+        for n in range(searches):
+            for holds in (True, False) if n % 2 else (False, True):
+                started = time.perf_counter()
+                got = stores[holds].search_text(kind, WORD, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                times[holds].append((time.perf_counter() - started) * 1000)
+                found[holds] = [h.id for h in got]
+        for holds in stores:
+            out[holds][name] = round(statistics.median(times[holds]), 4)
+            hits[holds].append(found[holds])
     return out, hits
 
 
@@ -104,14 +111,15 @@ def main() -> None:
     parser.add_argument("--postgres", metavar="DIR", help="measure PostgreSQL instead (a pgserver kept under DIR)")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    results, answers = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for holds in (True, False):
-            store = build(open_store(args.postgres, tmp, f"holds_{str(holds).lower()}"), args.other_documents, holds,
-                          args.own_documents, args.own_memories)
-            try:
-                results[holds], answers[holds] = timed(store, args.searches)
-            finally:
+        stores = {}
+        try:
+            for holds in (True, False):
+                stores[holds] = build(open_store(args.postgres, tmp, f"holds_{str(holds).lower()}"), args.other_documents,
+                                      holds, args.own_documents, args.own_memories)  # fmt: skip
+            results, answers = timed(stores, args.searches)
+        finally:
+            for store in stores.values():
                 store.close()
     assert answers[True] == answers[False], answers
     report = {

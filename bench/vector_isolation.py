@@ -8,8 +8,8 @@ Reproduce (from the repository root):
 Builds two stores (SQLite files in a temporary directory, or two PostgreSQL databases), each with two
 orgs: ``a`` (``--own`` memory vectors over 10 records, random unit vectors of 384 dimensions) and ``b``
 (``--small`` of them in the first store, ``--large`` in the second). Then times ``search_vectors`` of org
-``a`` for the same ``--searches`` query vectors, org-wide and among one record's memories, and prints one
-JSON line with the p50 of each in each store, their ratio (``large / small``) and the load average. The
+``a`` for the same ``--searches`` query vectors, org-wide and among one record's memories (each query in
+both stores in turn, which store goes first alternating), and prints one JSON line with the p50 of each in each store, their ratio (``large / small``) and the load average. The
 hits must be the same in both stores.
 
 Each org's vectors are its own on both stores (an ANN index per org in SQLite, a partition per org with
@@ -58,21 +58,29 @@ def build(store: Any, own: int, other: int) -> Any:
     return store
 
 
-def timed(store: Any, queries: np.ndarray) -> tuple[dict[str, float], list[list[str]]]:
+def timed(stores: dict[str, Any], queries: np.ndarray) -> tuple[dict[str, dict[str, float]], dict[str, list[list[str]]]]:
+    """Each query searched in both stores in turn (which goes first alternates), so that neither store's
+    figures carry the order they were measured in."""
     kinds = {"org_wide": None, "record": ["a-r1"]}
-    for q in queries[:20]:  # warm up: indexes loaded, statements prepared
-        for parents in kinds.values():
-            store.search_vectors("memory", q, org="a", limit=20, parents=parents)
-    out, hits = {}, []
+    for store in stores.values():
+        for q in queries[:20]:  # warm up: indexes loaded, statements prepared
+            for parents in kinds.values():
+                store.search_vectors("memory", q, org="a", limit=20, parents=parents)
+    out: dict[str, dict[str, float]] = {label: {} for label in stores}
+    hits: dict[str, list[list[str]]] = {label: [] for label in stores}
+    labels = list(stores)
     for name, parents in kinds.items():
-        times, found = [], []
-        for q in queries:
-            started = time.perf_counter()
-            result = store.search_vectors("memory", q, org="a", limit=20, parents=parents)
-            times.append((time.perf_counter() - started) * 1000)
-            found.append([h.id for h in result])
-        out[name] = round(statistics.median(times), 4)
-        hits.append(found[-1])
+        times: dict[str, list[float]] = {label: [] for label in stores}
+        found: dict[str, list[str]] = {}
+        for n, q in enumerate(queries):
+            for label in labels if n % 2 else labels[::-1]:
+                started = time.perf_counter()
+                result = stores[label].search_vectors("memory", q, org="a", limit=20, parents=parents)
+                times[label].append((time.perf_counter() - started) * 1000)
+                found[label] = [h.id for h in result]
+        for label in stores:
+            out[label][name] = round(statistics.median(times[label]), 4)
+            hits[label].append(found[label])
     return out, hits
 
 
@@ -86,13 +94,14 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     queries = unit(np.random.default_rng(7), args.searches)
-    results, answers = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, other in (("small", args.small), ("large", args.large)):
-            store = build(open_store(args.postgres, tmp, f"vectors_{label}"), args.own, other)
-            try:
-                results[label], answers[label] = timed(store, queries)
-            finally:
+        stores = {}
+        try:
+            for label, other in (("small", args.small), ("large", args.large)):
+                stores[label] = build(open_store(args.postgres, tmp, f"vectors_{label}"), args.own, other)
+            results, answers = timed(stores, queries)
+        finally:
+            for store in stores.values():
                 store.close()
     assert answers["small"] == answers["large"], answers
     print(json.dumps({

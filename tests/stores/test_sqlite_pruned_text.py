@@ -1,14 +1,16 @@
 """Full-text search over large scopes of the SQLite store (``stores/sqlite_fulltext.py``), on real SQLite.
 
-Below the size line the answers are FTS5's own ``bm25()`` ranking over the org's own rows, hit for hit
-and score for score (the reference ranks a copy of the file holding that org alone: another org's rows
-must not move a score); above it the search is pruned by IDF: rows holding the rare terms come first,
-each scored as that bm25() scores it, and another org's rows never come back either way.
+Below the size line the answers are FTS5's own ``bm25()`` ranking over the org's own full-text table, hit
+for hit and score for score; above it the search is pruned by IDF: rows holding the rare terms come first,
+each scored as that bm25() scores it, and another org's rows never come back either way. Each org has its
+own full-text tables: no statement of one org's search reads another org's, and a file migrated from the
+shared tables of schema version 4 answers as it did.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +21,6 @@ from dossier.bundle import Document, Memory, Org, Section
 from dossier.stores.base import Hit, TextKind, WriteBatch
 from dossier.stores.sqlite import SQLiteStore
 from dossier.stores import sqlite_fulltext
-from dossier.stores.sqlite_fulltext import TABLES
 
 WORDS = ("discount renewal contract pricing seats approval quote refund invoice escalation support onboarding "
          "security migration training rollout budget procurement legal review").split()  # fmt: skip
@@ -72,13 +73,14 @@ def _complete(path: Path, kind: TextKind, query: str, *, org: str, limit: int, p
     match = fts5_query(query)
     if match is None:
         return []
-    if kind == "memory":
-        fts, table, parent, rank = "memories_fts", "memories", "record", "bm25(memories_fts)"
-    else:
-        fts, table, parent, rank = "sections_fts", "sections", "document", "bm25(sections_fts, 0.0, 2.0, 2.0, 1.0)"
-    within = f" AND c.{parent} IN ({','.join('?' * len(parents))})" if parents else ""
-    db = sqlite3.connect(_alone(path, org))
+    within = f" AND c.{'record' if kind == 'memory' else 'document'} IN ({','.join('?' * len(parents))})" if parents else ""
+    db = sqlite3.connect(path)
     try:
+        fts = _fts(db, kind, org)
+        if kind == "memory":
+            table, parent, rank = "memories", "record", f"bm25({fts})"
+        else:
+            table, parent, rank = "sections", "document", f"bm25({fts}, 2.0, 2.0, 1.0)"
         rows = db.execute(
             f"SELECT c.id, c.{parent}, {rank} AS rank FROM {fts} CROSS JOIN {table} c ON c.rowid = {fts}.rowid "
             f"WHERE {fts} MATCH ? AND c.org = ?{within} ORDER BY rank, c.id LIMIT ?",
@@ -89,37 +91,10 @@ def _complete(path: Path, kind: TextKind, query: str, *, org: str, limit: int, p
     return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows]
 
 
-_ALONE: dict[tuple, Path] = {}  # (file, org, its mtime and size) -> the copy made of it
-
-
-def _alone(path: Path, org: str) -> Path:
-    """``path`` itself when ``org`` is the only org in it, else a copy holding ``org``'s full-text rows alone
-    (so that FTS5's statistics, and bm25(), are the org's own)."""
-    db = sqlite3.connect(path)
-    try:
-        others = db.execute("SELECT (SELECT count(*) FROM memories WHERE org != ?) + (SELECT count(*) FROM sections WHERE org != ?)",
-                            [org, org]).fetchone()[0]  # fmt: skip
-        if not others:
-            return path
-        wal = path.with_name(path.name + "-wal")  # a write may be in the write-ahead log alone
-        key = (path, org, *((f.stat().st_mtime_ns, f.stat().st_size) for f in (path, wal) if f.exists()))
-        if key in _ALONE:
-            return _ALONE[key]
-        copy = path.with_name(f"{path.stem}-alone-{org}.db")
-        if copy.exists():
-            copy.unlink()
-        db.execute("VACUUM INTO ?", [str(copy)])
-    finally:
-        db.close()
-    _ALONE[key] = copy
-    alone = sqlite3.connect(copy)
-    try:
-        alone.execute("DELETE FROM memories_fts WHERE rowid IN (SELECT rowid FROM memories WHERE org != ?)", [org])
-        alone.execute("DELETE FROM sections_fts WHERE rowid IN (SELECT rowid FROM sections WHERE org != ?)", [org])
-        alone.commit()
-    finally:
-        alone.close()
-    return copy
+def _fts(db: sqlite3.Connection, kind: str, org: str) -> str:
+    """The name of the org's own full-text table of ``kind``."""
+    number = db.execute("SELECT number FROM text_tables WHERE org = ?", [org]).fetchone()[0]
+    return f"{'memories' if kind == 'memory' else 'sections'}_fts_{number}"
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +215,7 @@ def test_pruned_search_puts_the_rare_terms_rows_first(large: Path, kind: TextKin
 
 @pytest.mark.parametrize("line", [1000, 30_000])
 def test_another_orgs_rows_never_come_back(large: Path, line: int) -> None:
-    store = SQLiteStore(large, text_prune_rows=line, shared_text_prune_rows=line)  # pruned (1,000) or complete (30,000)
+    store = SQLiteStore(large, text_prune_rows=line)  # pruned (1,000) or complete (30,000)
     try:
         for org in ("a", "b"):
             searches: list[tuple[TextKind, list[str] | None]] = [("memory", None), ("memory", [f"{org}-big"]), ("section", None)]
@@ -256,29 +231,27 @@ def test_another_orgs_rows_never_come_back(large: Path, line: int) -> None:
         store.close()
 
 
-def test_a_table_other_orgs_share_is_pruned_from_the_shared_line(large: Path, tmp_path: Path) -> None:
-    """Where another org's rows share the table, a scope of 5,000 rows or more is pruned (the complete ranking
-    would be computed in Python, reading every match); an org alone in its table keeps FTS5's complete
-    ranking up to 30,000 rows. Either way the rare word's rows come first, scored as bm25() scores them."""
+def test_an_org_is_ranked_as_in_a_file_of_its_own(large: Path, tmp_path: Path) -> None:
+    """An org sharing the file with another (whose rows hold the same rare word) is ranked by FTS5's own
+    bm25() over its own table, below the line and pruned above it: the very hits and scores it gets in a
+    file holding it alone."""
     alone = tmp_path / "alone.db"
     store = SQLiteStore(alone)
-    batch = WriteBatch(orgs=[Org(id="a")])
-    batch.memories += _memories("a", "a-big", 6000, random.Random(5), rare=8)
-    store.write(batch)
+    rng = random.Random(5)  # the large file's org a: the same texts in the same order, so the same rowids
+    memories = _memories("a", "a-big", 6000, rng, rare=8)
+    _memories("b", "b-big", 1500, rng, rare=300)  # org b's, left out of this file
+    store.write(WriteBatch(orgs=[Org(id="a")], memories=memories, documents=_documents("a", 600, rng, rare=4)))
     store.close()
-    query = f"Which {RARE} renewal discount?"
-    for path, pruned in ((large, True), (alone, False)):
-        store = SQLiteStore(path)
-        asked: list[bool] = []
-        search = store._text.search
-        store._text.search = lambda *a, **k: asked.append(k["prune"]) or search(*a, **k)  # type: ignore[method-assign]
+    for line in (1000, 30_000):
+        shared, own = SQLiteStore(large, text_prune_rows=line), SQLiteStore(alone, text_prune_rows=line)
         try:
-            got = store.search_text("memory", query, org="a", limit=10, parents=["a-big"])
-            assert asked == ([True] if pruned else [])  # alone: FTS5's own bm25(), not the Python scorer
-            complete = _complete(path, "memory", query, org="a", limit=8, parents=["a-big"])
-            assert got[:8] == complete
+            for query in [f"Which {RARE} renewal discount?", *QUESTIONS]:
+                for kind, parents in (("memory", ["a-big"]), ("memory", None), ("section", None), ("section", ["a-d0", "a-d3"])):
+                    got = shared.search_text(kind, query, org="a", limit=20, parents=parents)  # type: ignore[arg-type]
+                    assert got == own.search_text(kind, query, org="a", limit=20, parents=parents), (line, kind, query)  # type: ignore[arg-type]
         finally:
-            store.close()
+            shared.close()
+            own.close()
 
 
 def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
@@ -300,34 +273,33 @@ def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
         other.close()
 
 
-def test_a_small_orgs_rows_are_read_once_and_a_changed_text_is_read_again(tmp_path: Path) -> None:
-    """A small org's rows are read and tokenised once (later searches read no text); its own write has the
-    changed row read again, which then scores as what it now says; another org's write reads nothing."""
+def test_a_small_orgs_rows_are_read_once_and_read_again_after_its_own_writes_alone(tmp_path: Path) -> None:
+    """A small org's rows scored in Python (a pruned search) are read and tokenised once (later searches read
+    no text) while its table is unchanged; its own write has them read again, and the changed row scores as what it now says; another
+    org's write leaves them."""
     path = tmp_path / "resident.db"
     rng = random.Random(7)
-    store = SQLiteStore(path)
+    store = SQLiteStore(path, text_prune_rows=10)  # scored in Python (below the line, FTS5's bm25() ranks)
     try:
         store.write(WriteBatch(orgs=[Org(id="a"), Org(id="b")], memories=_memories("a", "a-1", 60, rng, rare=3) + _memories("b", "b-1", 40, rng)))
         query = f"{RARE} renewal discount"
         first = store.search_text("memory", query, org="a", limit=20)
         assert first == _complete(path, "memory", query, org="a", limit=20)
-        whole = store._text._whole[("memories_fts", "a")]
-        read = dict(whole.rows)
-        assert len(read) == 60 and all(row is not None and row.org == "a" for row in read.values())  # org b's: never
+        table = _fts(store._db, "memory", "a")
+        kept = store._text._resident[table]
+        read = dict(kept.rows)
+        assert read and all(row is not None and row.org == "a" for row in read.values())
         assert store.search_text("memory", query, org="a", limit=20) == first
-        assert all(whole.rows[r] is row for r, row in read.items())  # nothing read again
+        assert store._text._resident[table] is kept and all(kept.rows[r] is row for r, row in read.items())  # nothing read again
+        store.write(WriteBatch(memories=_memories("b", "b-2", 5, rng, rare=5)))  # another org's write: nothing read
+        assert store.search_text("memory", query, org="a", limit=20) == first
+        assert store._text._resident[table] is kept and all(kept.rows[r] is row for r, row in read.items())
         changed = Memory(id="a-1-m0", org="a", record="a-1", text=f"{RARE} {RARE} {RARE} now.", created_at=WHEN)
         store.write(WriteBatch(memories=[(changed, "changed")]))
         after = store.search_text("memory", query, org="a", limit=20)
         assert after == _complete(path, "memory", query, org="a", limit=20)
         assert after[0].id == "a-1-m0" and after[0].score > first[0].score  # its new text, three times the rare word
-        again = {row.id: row for row in whole.rows.values() if row is not None}
-        assert again["a-1-m0"] not in read.values()  # the changed row was read again, the others were not
-        assert all(again[row.id] is row for row in read.values() if row is not None and row.id != "a-1-m0")
-        store.write(WriteBatch(memories=_memories("b", "b-2", 5, rng, rare=5)))  # another org's write: nothing read
-        kept = dict(whole.rows)
-        assert store.search_text("memory", query, org="a", limit=20) == _complete(path, "memory", query, org="a", limit=20)
-        assert all(whole.rows[r] is row for r, row in kept.items())
+        assert store._text._resident[table] is not kept  # the org's own write: its rows were read again
     finally:
         store.close()
 
@@ -344,105 +316,89 @@ def test_the_shortest_rows_are_ordered_by_their_token_count_across_varint_sizes(
         rowid = dict(store._query("SELECT id, rowid FROM memories", []))
         rowids = [rowid[f"m{i}"] for i in range(len(tokens))]
         by_tokens = sorted(rowids, key=lambda r: (tokens[rowids.index(r)], r))
-        shortest = store._text._shortest  # noqa: SLF001 - the one ordering under test
-        assert shortest(TABLES["memory"], rowids, len(rowids)) == by_tokens
-        assert shortest(TABLES["memory"], rowids[::-1], 4) == by_tokens[:4]
-        assert shortest(TABLES["memory"], [*rowids, 10**9], 2) == [10**9, by_tokens[0]]  # no size recorded: 0 tokens
+        shortest, table = store._text._shortest, store._text._table("memory", "a")  # noqa: SLF001 - the one ordering under test
+        assert table is not None
+        assert shortest(table, rowids, len(rowids)) == by_tokens
+        assert shortest(table, rowids[::-1], 4) == by_tokens[:4]
+        assert shortest(table, [*rowids, 10**9], 2) == [10**9, by_tokens[0]]  # no size recorded: 0 tokens
     finally:
         store.close()
 
 
-def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path) -> None:
-    """FTS5's index holds every org's rows: a match reads a word's postings across orgs before keeping the
-    org's own, so its cost would grow with what other orgs hold (a timing channel). A small org's searches,
-    org-wide and among parents, and its words' counts read the org's own rows instead: no statement
-    matches the shared index, and the answers are the ones FTS5's bm25() gives over the org alone."""
+@pytest.mark.parametrize("line", [30_000, 100])
+def test_every_statement_of_an_orgs_search_reads_its_own_tables_alone(tmp_path: Path, line: int) -> None:
+    """Each org's full text is a table of its own: a match reads the postings of that org's rows alone, so its
+    cost never grows with what other orgs hold (a timing channel), and its statistics are the org's. No
+    statement of a small or a large org's search, org-wide or among parents, complete (FTS5's bm25()) or
+    pruned (line 100), names a full-text table of another org, and the answers are bm25()'s."""
     rng = random.Random(5)
     path = tmp_path / "shared.db"
-    store = SQLiteStore(path)
-    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    store = SQLiteStore(path, text_prune_rows=line)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b"), Org(id="c")])
     batch.documents += _documents("a", 12, rng, rare=2) + _documents("b", 400, rng, rare=400)  # b: the rare word everywhere
     batch.memories += _memories("a", "a-r", 40, rng, rare=2) + _memories("b", "b-r", 2000, rng, rare=2000)
+    batch.memories += _memories("c", "c-r", 30, rng, rare=30) + _memories("c", "c-s", 30, rng, rare=3)
     store.write(batch)
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     try:
-        for query in QUESTIONS:
-            for kind, parents in (("section", None), ("section", ["a-d0", "a-d3"]), ("memory", None), ("memory", ["a-r"])):
-                statements.clear()
-                hits = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-                shared = [s for s in statements if "MATCH" in s and ("sections_fts" in s or "memories_fts" in s)]
-                assert not shared, (kind, query, parents)
-                assert all(h.id.startswith("a-") for h in hits)
-                expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-                assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
+        for org, searches in (
+            ("a", (("section", None), ("section", ["a-d0", "a-d3"]), ("memory", None), ("memory", ["a-r"]))),
+            ("b", (("section", None), ("section", ["b-d0", "b-d3"]), ("memory", None), ("memory", ["b-r"]))),
+            ("c", (("section", None), ("memory", None), ("memory", ["c-r", "c-s"]))),
+        ):
+            own = {_fts(store._db, kind, org) for kind in ("memory", "section")}  # made together, at its first text
+            for query in QUESTIONS:
+                for kind, parents in searches:
+                    statements.clear()
+                    hits = store.search_text(kind, query, org=org, limit=10, parents=parents)  # type: ignore[arg-type]
+                    named = {m.group(0) for s in statements for m in re.finditer(r"\b(?:memories|sections)_fts\w*", s)}
+                    assert {re.sub(r"_(data|idx|docsize|content|config)$", "", n) for n in named} <= own, (org, kind, query, named)
+                    assert all(h.id.startswith(f"{org}-") for h in hits)
+                    complete = _complete(path, kind, query, org=org, limit=100_000, parents=parents)  # type: ignore[arg-type]
+                    if line == 30_000:
+                        assert hits == complete[:10], (org, kind, query)
+                    else:  # pruned where the scope holds 100 rows or more: each hit scored as bm25() scores it
+                        scores = {h.id: h.score for h in complete}
+                        assert all(h.score == scores[h.id] for h in hits) and hits[:1] == complete[:1], (org, kind, query)
+                    if org == "c" and kind == "section":
+                        assert hits == []  # c has written no document
         assert store.search_text("section", RARE, org="a", limit=10)  # the word both orgs hold is found in a's rows
     finally:
         store._db.set_trace_callback(None)
         store.close()
 
 
-def test_small_orgs_read_whole_give_their_rows_back_past_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the bound on tokens kept, the orgs searched least recently give their sections back; an org
-    searched again is read whole again, with the same answers."""
+def test_the_rows_kept_as_tokens_are_bounded_across_orgs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bound on tokens kept, the tables searched least recently give their rows back; an org searched
+    again reads them again, with the same answers."""
     rng = random.Random(9)
     path = tmp_path / "two-small.db"
     store = SQLiteStore(path)
     batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
     batch.documents += _documents("a", 10, rng, rare=1) + _documents("b", 10, rng, rare=1)
     store.write(batch)
-    monkeypatch.setattr(sqlite_fulltext, "_RESIDENT_TOKENS", 300)  # less than either org's rows hold
+    store.close()
+
+    def search(store: SQLiteStore, org: str) -> None:
+        for query in QUESTIONS[:3]:
+            hits = store.search_text("section", query, org=org, limit=10)
+            assert hits == _complete(path, "section", query, org=org, limit=10), (org, query)
+
+    store = SQLiteStore(path, text_prune_rows=10)  # scored in Python (below the line, FTS5's bm25() ranks)
     try:
-        for org in ("a", "b", "a", "b"):
-            for query in QUESTIONS[:3]:
-                hits = store.search_text("section", query, org=org, limit=10)
-                expected = _complete(path, "section", query, org=org, limit=10)
-                assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (org, query)
-            kept = store._text._whole
-            assert list(kept) == [("sections_fts", org)]  # the other org gave its rows back
-            assert {row.org for row in kept[("sections_fts", org)].rows.values() if row is not None} == {org}
+        search(store, "a")
+        search(store, "b")
+        tokens = {name: kept.tokens for name, kept in store._text._resident.items()}
     finally:
         store.close()
-
-
-def test_a_small_orgs_rows_read_whole_follow_its_own_writes_alone(tmp_path: Path) -> None:
-    """The rows read whole are kept while the org's generation stays: another org's writes leave them; the
-    org's own writes have only the rows whose content changed read again (a memory written, a document
-    replaced), and the answers stay bm25()'s over the org alone."""
-    rng = random.Random(13)
-    path = tmp_path / "writes.db"
-    store = SQLiteStore(path)
-    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
-    batch.documents += _documents("a", 6, rng, rare=1) + _documents("b", 6, rng, rare=1)
-    batch.memories += _memories("a", "a-r", 20, rng, rare=2) + _memories("b", "b-r", 20, rng, rare=2)
-    store.write(batch)
-
-    def answers() -> list[list[tuple[str, float]]]:
-        out = []
-        for kind, parents in (("section", None), ("memory", None), ("memory", ["a-r"])):
-            for query in [*QUESTIONS, "kinkajou rules"]:
-                got = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-                expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-                assert [(h.id, round(h.score, 9)) for h in got] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
-                out.append([(h.id, round(h.score, 9)) for h in got])
-        return out
-
+    assert len(tokens) == 2
+    monkeypatch.setattr(sqlite_fulltext, "_RESIDENT_TOKENS", max(tokens.values()))  # one org's rows, not both
+    store = SQLiteStore(path, text_prune_rows=10)
     try:
-        answers()
-        sections, memories = (dict(store._text._whole[(f"{k}_fts", "a")].rows) for k in ("sections", "memories"))
-        store.write(WriteBatch(documents=_documents("b", 8, rng, rare=8), memories=_memories("b", "b-r", 30, rng)))
-        answers()
-        assert store._text._whole[("sections_fts", "a")].rows == sections  # another org's writes: nothing read again
-        assert all(store._text._whole[("memories_fts", "a")].rows[r] is row for r, row in memories.items())
-        changed = Document(id="a-d0", org="a", title="Policy", sections=(Section(id="a-d0-s0", heading="Kinkajou", text="Kinkajou rules."),))
-        added = Memory(id="a-r-new", org="a", record="a-r", text="The kinkajou rules changed.", created_at=WHEN)
-        store.write(WriteBatch(documents=[(changed, "changed")], memories=[(added, "added")]))
-        after = answers()
-        assert any(hits and hits[0][0] == "a-d0-s0" for hits in after) and any(hits and hits[0][0] == "a-r-new" for hits in after)
-        kept = store._text._whole[("sections_fts", "a")].rows
-        unchanged = [r for r, row in sections.items() if row is not None and not row.id.startswith("a-d0-")]
-        assert unchanged and all(kept[r] is sections[r] for r in unchanged)  # only the replaced document read again
-        assert not any(row is not None and row.id.startswith("a-d0-s1") for row in kept.values())  # its old sections gone
+        for org in ("a", "b", "a", "b"):
+            search(store, org)
+            assert list(store._text._resident) == [_fts(store._db, "section", org)]  # the other org gave its rows back
     finally:
         store.close()
 
@@ -460,5 +416,45 @@ def test_an_org_without_its_row_has_its_changed_rows_read_again(tmp_path: Path) 
         store.write(WriteBatch(memories=[(changed, "changed")]))
         assert store.search_text("memory", RARE, org="a", limit=5) == _complete(path, "memory", RARE, org="a", limit=5) == []
         assert [h.id for h in store.search_text("memory", "rare here", org="a", limit=5)] == ["a-r-m0"]
+    finally:
+        store.close()
+
+
+def test_a_file_of_schema_version_4_is_migrated_to_tables_per_org_with_the_same_answers(tmp_path: Path) -> None:
+    """Schema version 4 kept every org's full text in one table per kind; opening such a file gives each org
+    tables of its own (the shared ones dropped) and the same hits and scores for every org."""
+    rng = random.Random(21)
+    path = tmp_path / "v4.db"
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    batch.documents += _documents("a", 20, rng, rare=2) + _documents("b", 30, rng, rare=20)
+    batch.memories += _memories("a", "a-r", 300, rng, rare=3) + _memories("b", "b-r", 500, rng, rare=100)
+    store.write(batch)
+    searches = [(org, kind, parents, query) for org in ("a", "b") for kind, parents in
+                (("section", None), ("memory", None), ("memory", [f"{org}-r"])) for query in QUESTIONS]  # fmt: skip
+    before = [store.search_text(kind, query, org=org, limit=10, parents=parents) for org, kind, parents, query in searches]  # type: ignore[arg-type]
+    store.close()
+    db = sqlite3.connect(path)  # the file as version 4 wrote it: one full-text table per kind for every org
+    db.executescript("""
+        CREATE VIRTUAL TABLE sections_fts USING fts5 (org UNINDEXED, title, heading, text, tokenize = 'porter unicode61');
+        CREATE VIRTUAL TABLE memories_fts USING fts5 (org UNINDEXED, text, tokenize = 'porter unicode61');
+        INSERT INTO memories_fts (rowid, org, text) SELECT rowid, org, text FROM memories;
+        INSERT INTO sections_fts (rowid, org, title, heading, text)
+            SELECT s.rowid, s.org, d.title, s.heading, s.text FROM sections s JOIN documents d ON d.org = s.org AND d.id = s.document;
+        DROP TABLE memories_fts_1; DROP TABLE sections_fts_1; DROP TABLE memories_fts_2; DROP TABLE sections_fts_2;
+        DROP TABLE text_tables;
+        UPDATE meta SET value = '4' WHERE key = 'schema_version';
+    """)
+    db.close()
+    store = SQLiteStore(path)
+    try:
+        tables = {r[0] for r in store._query("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%fts%' AND sql LIKE '%fts5%'")}
+        assert tables == {"memories_fts_1", "sections_fts_1", "memories_fts_2", "sections_fts_2"}  # the shared ones gone
+        assert dict(store._query("SELECT org, number FROM text_tables")) == {"a": 1, "b": 2}
+        after = [store.search_text(kind, query, org=org, limit=10, parents=parents) for org, kind, parents, query in searches]  # type: ignore[arg-type]
+        assert after == before and any(after)
+        store.write(WriteBatch(memories=_memories("a", "a-new", 5, rng, rare=5)))  # and the migrated tables take writes
+        found = store.search_text("memory", RARE, org="a", limit=10, parents=["a-new"])
+        assert {h.id for h in found} == {f"a-new-m{i}" for i in range(5)}
     finally:
         store.close()

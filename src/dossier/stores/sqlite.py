@@ -16,7 +16,7 @@ from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, prop
 from .fulltext import fts5_query, terms
 from .sqlite_connect import connect
 from .sqlite_fulltext import PrunedText
-from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS
+from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS, text_table_ddl
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,22 +49,17 @@ class SQLiteStore:
         ann_compact_after: int = 5_000,
         vector_cache_bytes: int = 256 << 20,
         text_prune_rows: int = 30_000,
-        shared_text_prune_rows: int = 5_000,
     ) -> None:
         """``hnsw_min_rows``: org-wide searches of an org and kind with this many vectors ask the ANN index.
         ``ann_min_rows``: an org and kind this large gets its persisted ANN index (built by the write that
         crosses it), and parents holding this many rows (and a sixteenth of the org's) search it too.
         ``ann_compact_after``: logged changes folded into a new index file by the write that reaches it.
         ``text_prune_rows``: a full-text search over a scope this large (the org's rows of a kind, or the
-        given parents') is pruned by IDF (``stores/sqlite_fulltext.py``); below it the ranking is complete.
-        ``shared_text_prune_rows``: the line instead, where other orgs' rows share the table: the complete
-        ranking is then computed in Python over the org's own statistics, reading every matching row (at
-        20,000 rows about five times a pruned search), so pruning pays from fewer rows."""
+        given parents') is pruned by IDF (``stores/sqlite_fulltext.py``); below it the ranking is complete."""
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.hnsw_min_rows = hnsw_min_rows
         self.text_prune_rows = text_prune_rows
-        self.shared_text_prune_rows = shared_text_prune_rows
         self._lock = threading.RLock()
         try:
             self._db = connect(self.path)
@@ -75,7 +70,8 @@ class SQLiteStore:
         self._vector_options = {"hnsw_min_rows": hnsw_min_rows, "ann_min_rows": ann_min_rows,
                                 "cache_bytes": vector_cache_bytes}  # fmt: skip
         self._vector_search: SQLiteVectors | None = None  # made on first use (numpy, usearch)
-        self._text = PrunedText(self._query)  # full text over large scopes
+        self._text_numbers: dict[str, int] = {}  # org -> its number in text_tables (committed, never changes)
+        self._text = PrunedText(self._query, self._text_number)  # full text over large scopes
 
     @property
     def _vectors(self) -> SQLiteVectors:
@@ -115,6 +111,9 @@ class SQLiteStore:
                     f"{self.path} has schema version {version}; this dossier knows up to {SCHEMA_VERSION}: upgrade dossier"
                 )
             for script in MIGRATIONS[version:]:
+                if callable(script):
+                    script(db)
+                    continue
                 for statement in _statements(script):
                     db.execute(statement)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -234,8 +233,9 @@ class SQLiteStore:
     def _write_memory(self, db: sqlite3.Connection, m: Memory, digest: str, rowids: "_Rowids") -> None:
         org = require_org(m.org, "write")
         old = db.execute("SELECT rowid, record FROM memories WHERE org = ? AND id = ?", (org, m.id)).fetchone()
+        fts = f"memories_fts_{rowids.text_number(db, org)}"  # the org's own full-text table
         if old:
-            db.execute("DELETE FROM memories_fts WHERE rowid = ?", (old[0],))
+            db.execute(f"DELETE FROM {fts} WHERE rowid = ?", (old[0],))
             db.execute("DELETE FROM memories WHERE rowid = ?", (old[0],))
         # a memory keeps its rowid while it stays with its record; a new or moved one takes the next in the record's range
         rowid = old[0] if old and old[1] == m.record else rowids.next(db, "memories", org, "memory", m.record)
@@ -243,7 +243,7 @@ class SQLiteStore:
             "INSERT INTO memories (rowid, org, id, record, text, created_at, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (rowid, org, m.id, m.record, m.text, _iso(m.created_at), digest),
         )
-        db.execute("INSERT INTO memories_fts (rowid, org, text) VALUES (?, ?, ?)", (rowid, org, m.text))
+        db.execute(f"INSERT INTO {fts} (rowid, text) VALUES (?, ?)", (rowid, m.text))
         db.execute(
             "UPDATE vectors SET parent = ? WHERE org = ? AND kind = 'memory' AND key = ? AND parent <> ?",
             (m.record, org, m.id, m.record),
@@ -257,9 +257,10 @@ class SQLiteStore:
             (org, d.id, d.title, d.doc_type, json.dumps(list(d.tags)), roles, d.attached_record, int(d.is_system),
              digest),
         )  # fmt: skip
+        fts = f"sections_fts_{rowids.text_number(db, org)}"  # the org's own full-text table
         old = db.execute("SELECT rowid, id FROM sections WHERE org = ? AND document = ?", (org, d.id)).fetchall()
         for rowid, _ in old:
-            db.execute("DELETE FROM sections_fts WHERE rowid = ?", (rowid,))
+            db.execute(f"DELETE FROM {fts} WHERE rowid = ?", (rowid,))
         db.execute("DELETE FROM sections WHERE org = ? AND document = ?", (org, d.id))
         new_ids = {s.id for s in d.sections}
         for _, section_id in old:
@@ -274,8 +275,8 @@ class SQLiteStore:
                 (first + position, org, s.id, d.id, position, s.heading, s.text),
             )
             db.execute(
-                "INSERT INTO sections_fts (rowid, org, title, heading, text) VALUES (?, ?, ?, ?, ?)",
-                (first + position, org, d.title, s.heading, s.text),
+                f"INSERT INTO {fts} (rowid, title, heading, text) VALUES (?, ?, ?, ?)",
+                (first + position, d.title, s.heading, s.text),
             )
 
     def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
@@ -440,27 +441,37 @@ class SQLiteStore:
         match = fts5_query(query)
         if match is None or limit <= 0 or (parents is not None and not parents):
             return []
-        # The org is checked on the joined row (s.org / m.org), which always has the org of its full-text row
-        # (same rowid, written and deleted together). Checking the full-text table's UNINDEXED org column as
-        # well cost a content-table lookup per match (~40% of the query at 20,000 sections) and filtered nothing.
+        # Each org's full text is a table of its own (sqlite_schema.text_table_ddl): a match reads that org's
+        # postings alone and bm25() counts its rows alone, so nothing another org holds moves a score or the
+        # time a search takes. The org is checked again on the joined row (s.org / m.org).
         if kind == "section":
-            fts, table, alias, column, weights = "sections_fts", "sections", "s", "document", "0.0, 2.0, 2.0, 1.0"
+            fts, table, alias, column, weights = "sections_fts", "sections", "s", "document", "2.0, 2.0, 1.0"
         elif kind == "memory":
             fts, table, alias, column, weights = "memories_fts", "memories", "m", "record", ""
         else:
             raise ValueError(f"no full-text search over {kind!r}")
         with self._lock:  # the pruned search's statistics and scratch table belong to this connection
+            number = self._text_number(org)
+            if number is None:  # the org has written no memory or document yet
+                return []
+            fts = f"{fts}_{number}"
             return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit, parents=parents)
+
+    def _text_number(self, org: str) -> int | None:
+        """The org's number in ``text_tables`` (its full-text tables' suffix), None before its first text."""
+        number = self._text_numbers.get(org)
+        if number is None:
+            found = self._query("SELECT number FROM text_tables WHERE org = ?", [org])
+            if not found:
+                return None
+            number = self._text_numbers[org] = int(found[0][0])
+        return number
 
     def _search_text(
         self, kind: str, query: str, match: str, fts: str, table: str, alias: str, column: str, weights: str, *,
         org: str, limit: int, parents: Sequence[str] | None,
     ) -> list[Hit]:
-        # FTS5's bm25() weighs each term by its frequency in the whole table, every org's rows included, so
-        # it ranks by itself only where the org is alone in the table; otherwise the same BM25 is computed
-        # over the org's own rows (sqlite_fulltext.PrunedText), and nothing another org holds moves a score
-        sole = self._text.sole(kind, org)
-        line = self.text_prune_rows if sole else min(self.text_prune_rows, self.shared_text_prune_rows)
+        line = self.text_prune_rows
         if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
             return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True)
         rank = f"bm25({fts}{', ' + weights if weights else ''})"
@@ -471,8 +482,6 @@ class SQLiteStore:
             f"FROM {fts} CROSS JOIN {table} {alias} ON {alias}.rowid = {fts}.rowid WHERE {fts} MATCH ?"
         )
         if parents is None:
-            if not sole:
-                return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=False)
             return self._hits(full + f" AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?", [match, org, int(limit)])
         # A parent's rows are one rowid range (its slot, see sqlite_schema): FTS5 reads one parent's range
         # alone, so the search costs what that record (or document) holds, not every match in the store.
@@ -484,11 +493,10 @@ class SQLiteStore:
         held = self._text.scope_rows(kind, line, org=org, slots=slots)
         if held >= line:
             return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=True)
-        if not sole or (len(slots) > 1 and self._text.table_rows(kind) >= _WHOLE_TABLE * max(held, 1)):
-            # another org's rows are in the table (above), or FTS5 would read every match in the table (testing
-            # each one's slot) and every term's whole doclist for bm25's statistics; the same ranking, computed
-            # over these parents' rows alone, costs what they hold (the same hits, order and scores: tested
-            # against bm25() over the org's own rows)
+        if len(slots) > 1 and self._text.table_rows(kind, org=org) >= _WHOLE_TABLE * max(held, 1):
+            # FTS5 would read every match of the org's table (testing each one's slot) and every term's whole
+            # doclist for bm25's statistics; the same ranking, computed over these parents' rows alone, costs
+            # what they hold (the same hits, order and scores: tested against bm25())
             return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=False)
         if len(slots) == 1:
             scope, scope_params = f"{fts}.rowid BETWEEN ? AND ?", [slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1]
@@ -646,6 +654,19 @@ class _Rowids:
     def __init__(self) -> None:
         self._slots: dict[tuple[str, str, str], int] = {}
         self._next: dict[tuple[str, int], int] = {}
+        self._numbers: dict[str, int] = {}  # org -> its number in text_tables (for this write alone: it may roll back)
+
+    def text_number(self, db: sqlite3.Connection, org: str) -> int:
+        """The org's number in ``text_tables``; its first memory or document creates its full-text tables."""
+        if org not in self._numbers:
+            row = db.execute("SELECT number FROM text_tables WHERE org = ?", (org,)).fetchone()
+            if row is None:
+                db.execute("INSERT INTO text_tables (org) VALUES (?)", (org,))
+                row = db.execute("SELECT number FROM text_tables WHERE org = ?", (org,)).fetchone()
+                for statement in text_table_ddl(int(row[0])):
+                    db.execute(statement)
+            self._numbers[org] = int(row[0])
+        return self._numbers[org]
 
     def slot(self, db: sqlite3.Connection, org: str, kind: str, parent: str) -> int:
         key = (org, kind, parent)

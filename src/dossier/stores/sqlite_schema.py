@@ -1,6 +1,44 @@
-"""Schema migrations of the SQLite store; ``MIGRATIONS[i]`` moves a store from version i to i + 1."""
+"""Schema migrations of the SQLite store; ``MIGRATIONS[i]`` moves a store from version i to i + 1 (a script,
+or a function of the connection where the statements depend on what the store holds)."""
 
-MIGRATIONS: tuple[str, ...] = (
+from __future__ import annotations
+
+import sqlite3
+from typing import Callable, Union
+
+#: rowids of one parent's memories or sections: [slot << SLOT_BITS, (slot + 1) << SLOT_BITS)
+SLOT_BITS = 24
+
+
+def text_table_ddl(number: int) -> list[str]:
+    """The full-text tables of the org numbered ``number`` in ``text_tables``: each org has its own, so a
+    search reads (and BM25 counts) that org's rows alone, whatever other orgs of the file hold."""
+    return [
+        f"CREATE VIRTUAL TABLE memories_fts_{int(number)} USING fts5 (text, tokenize = 'porter unicode61')",
+        f"CREATE VIRTUAL TABLE sections_fts_{int(number)} USING fts5 (title, heading, text, tokenize = 'porter unicode61')",
+    ]
+
+
+def _text_tables_per_org(db: sqlite3.Connection) -> None:
+    """5: the full text of every org in tables of its own (before, one table per kind held every org's rows:
+    a match read the postings of every org, so its cost told what other orgs hold, and FTS5's statistics
+    counted them). Rowids are kept; each org's rows are indexed again from the content tables."""
+    db.execute("CREATE TABLE text_tables (number INTEGER PRIMARY KEY, org TEXT NOT NULL UNIQUE)")
+    db.execute("INSERT INTO text_tables (org) SELECT org FROM memories UNION SELECT org FROM sections ORDER BY 1")
+    for number, org in db.execute("SELECT number, org FROM text_tables ORDER BY number").fetchall():
+        for statement in text_table_ddl(number):
+            db.execute(statement)
+        db.execute(f"INSERT INTO memories_fts_{number} (rowid, text) SELECT rowid, text FROM memories WHERE org = ?", (org,))
+        db.execute(
+            f"INSERT INTO sections_fts_{number} (rowid, title, heading, text) SELECT s.rowid, d.title, s.heading, s.text "
+            "FROM sections s JOIN documents d ON d.org = s.org AND d.id = s.document WHERE s.org = ?",
+            (org,),
+        )
+    db.execute("DROP TABLE memories_fts")
+    db.execute("DROP TABLE sections_fts")
+
+
+MIGRATIONS: tuple[Union[str, Callable[[sqlite3.Connection], None]], ...] = (
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     CREATE TABLE orgs (
@@ -132,9 +170,7 @@ MIGRATIONS: tuple[str, ...] = (
             SELECT new.org, new.kind, new.rowid WHERE EXISTS (SELECT 1 FROM vector_indexes WHERE org = new.org AND kind = new.kind);
     END;
     """,
+    _text_tables_per_org,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-#: rowids of one parent's memories or sections: [slot << SLOT_BITS, (slot + 1) << SLOT_BITS)
-SLOT_BITS = 24
