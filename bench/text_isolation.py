@@ -17,11 +17,12 @@ memories, ``--searches`` times each (each search in both files in turn, which fi
 alternating), and prints one JSON line with the p50 of each search in each file,
 their ratio (``with / without``) and the load average. The hits must be the same in both files.
 
-Before SQLite schema version 5, FTS5's index was one for every org in a file: a search that matched it
-read the word's postings across orgs before keeping the org's own rows, so its cost grew with what the
-other org holds (a timing channel between orgs). Now every org's full text is a table of its own in
-SQLite, and its own partition with its own GIN index on PostgreSQL (docs/retrieve.md, "What one org can
-learn of another"): the ratio should be near 1, for a small and a large org ``a``, on both stores.
+A search that matches an FTS5 index holding every org's rows reads the word's postings across orgs before
+keeping the org's own, so its cost grows with what the other org holds (a timing channel between orgs).
+In SQLite an org of at most 5,000 rows of a kind reads its own rows alone, kept in the process, and a
+larger one has full-text tables of its own (schema version 5); on PostgreSQL every org's full text is its
+own partition with its own GIN index (docs/retrieve.md, "What one org can learn of another"): the ratio
+should be near 1, for a small and a large org ``a``, on both stores.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ Builds two stores (SQLite files in a temporary directory, or two PostgreSQL data
 orgs: ``a`` (``--own`` memory vectors over 10 records, random unit vectors of 384 dimensions) and ``b``
 (``--small`` of them in the first store, ``--large`` in the second). Then times ``search_vectors`` of org
 ``a`` for the same ``--searches`` query vectors, org-wide and among one record's memories (each query in
-both stores in turn, which store goes first alternating), and prints one JSON line with the p50 of each in each store, their ratio (``large / small``) and the load average. The
+both stores in turn, which store goes first alternating), and prints one JSON line with the p50 of
+each in each store, their ratio (``large / small``) and the load average. The
 hits must be the same in both stores.
 
 Each org's vectors are its own on both stores (an ANN index per org in SQLite, a partition per org with

@@ -1,10 +1,11 @@
 """Full-text search over large scopes of the SQLite store (``stores/sqlite_fulltext.py``), on real SQLite.
 
-Below the size line the answers are FTS5's own ``bm25()`` ranking over the org's own full-text table, hit
-for hit and score for score; above it the search is pruned by IDF: rows holding the rare terms come first,
-each scored as that bm25() scores it, and another org's rows never come back either way. Each org has its
-own full-text tables: no statement of one org's search reads another org's, and a file migrated from the
-shared tables of schema version 4 answers as it did.
+Below the size line the answers are FTS5's own ``bm25()`` ranking over the org's own rows, hit for hit
+and score for score (the reference ranks a copy of the file holding that org alone: another org's rows
+must not move a score); above it the search is pruned by IDF: rows holding the rare terms come first,
+each scored as that bm25() scores it, and another org's rows never come back either way. An org of more
+than ``OWN_TEXT_ROWS`` rows of a kind has full-text tables of its own; no statement of any org's search
+matches an index holding another org's rows.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import pytest
 from dossier.bundle import Document, Memory, Org, Section
 from dossier.stores.base import Hit, TextKind, WriteBatch
 from dossier.stores.sqlite import SQLiteStore
-from dossier.stores import sqlite_fulltext
+from dossier.stores import sqlite_fulltext, sqlite_schema
+from dossier.stores.sqlite_fulltext import TABLES
 
 WORDS = ("discount renewal contract pricing seats approval quote refund invoice escalation support onboarding "
          "security migration training rollout budget procurement legal review").split()  # fmt: skip
@@ -74,13 +76,13 @@ def _complete(path: Path, kind: TextKind, query: str, *, org: str, limit: int, p
     if match is None:
         return []
     within = f" AND c.{'record' if kind == 'memory' else 'document'} IN ({','.join('?' * len(parents))})" if parents else ""
-    db = sqlite3.connect(path)
+    db = sqlite3.connect(_alone(path, org))
     try:
         fts = _fts(db, kind, org)
         if kind == "memory":
             table, parent, rank = "memories", "record", f"bm25({fts})"
         else:
-            table, parent, rank = "sections", "document", f"bm25({fts}, 2.0, 2.0, 1.0)"
+            table, parent, rank = "sections", "document", f"bm25({fts}, 0.0, 2.0, 2.0, 1.0)"
         rows = db.execute(
             f"SELECT c.id, c.{parent}, {rank} AS rank FROM {fts} CROSS JOIN {table} c ON c.rowid = {fts}.rowid "
             f"WHERE {fts} MATCH ? AND c.org = ?{within} ORDER BY rank, c.id LIMIT ?",
@@ -91,10 +93,57 @@ def _complete(path: Path, kind: TextKind, query: str, *, org: str, limit: int, p
     return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows]
 
 
+def _two_orgs(path: Path, rng: random.Random, *, documents: list[tuple[int, int]], memories: list[tuple[int, int]]) -> SQLiteStore:
+    """A store at ``path`` holding orgs a and b: their documents and their record's memories, as (how many,
+    how many of them hold the rare word) for a, then b."""
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
+    for org, (count, rare) in zip("ab", documents):
+        batch.documents += _documents(org, count, rng, rare=rare)
+    for org, (count, rare) in zip("ab", memories):
+        batch.memories += _memories(org, f"{org}-r", count, rng, rare=rare)
+    store.write(batch)
+    return store
+
+
 def _fts(db: sqlite3.Connection, kind: str, org: str) -> str:
-    """The name of the org's own full-text table of ``kind``."""
-    number = db.execute("SELECT number FROM text_tables WHERE org = ?", [org]).fetchone()[0]
-    return f"{'memories' if kind == 'memory' else 'sections'}_fts_{number}"
+    """The full-text table of ``kind`` holding ``org``'s rows: its own (an org past OWN_TEXT_ROWS) or the shared one."""
+    found = db.execute("SELECT number FROM text_tables WHERE org = ?", [org]).fetchone()
+    base = "memories_fts" if kind == "memory" else "sections_fts"
+    return base if found is None else f"{base}_{found[0]}"
+
+
+_ALONE: dict[tuple, Path] = {}  # (file, org, its mtime and size) -> the copy made of it
+
+
+def _alone(path: Path, org: str) -> Path:
+    """``path`` itself when ``org`` is the only org in it, else a copy holding ``org``'s full-text rows alone
+    (so that FTS5's statistics, and bm25(), are the org's own)."""
+    db = sqlite3.connect(path)
+    try:
+        others = db.execute("SELECT (SELECT count(*) FROM memories WHERE org != ?) + (SELECT count(*) FROM sections WHERE org != ?)",
+                            [org, org]).fetchone()[0]  # fmt: skip
+        if not others:
+            return path
+        wal = path.with_name(path.name + "-wal")  # a write may be in the write-ahead log alone
+        key = (path, org, *((f.stat().st_mtime_ns, f.stat().st_size) for f in (path, wal) if f.exists()))
+        if key in _ALONE:
+            return _ALONE[key]
+        copy = path.with_name(f"{path.stem}-alone-{org}.db")
+        if copy.exists():
+            copy.unlink()
+        db.execute("VACUUM INTO ?", [str(copy)])
+    finally:
+        db.close()
+    _ALONE[key] = copy
+    alone = sqlite3.connect(copy)
+    try:
+        alone.execute("DELETE FROM memories_fts WHERE rowid IN (SELECT rowid FROM memories WHERE org != ?)", [org])
+        alone.execute("DELETE FROM sections_fts WHERE rowid IN (SELECT rowid FROM sections WHERE org != ?)", [org])
+        alone.commit()
+    finally:
+        alone.close()
+    return copy
 
 
 @pytest.fixture(scope="module")
@@ -231,10 +280,15 @@ def test_another_orgs_rows_never_come_back(large: Path, line: int) -> None:
         store.close()
 
 
-def test_an_org_is_ranked_as_in_a_file_of_its_own(large: Path, tmp_path: Path) -> None:
-    """An org sharing the file with another (whose rows hold the same rare word) is ranked by FTS5's own
-    bm25() over its own table, below the line and pruned above it: the very hits and scores it gets in a
-    file holding it alone."""
+def test_a_large_org_is_ranked_as_in_a_file_of_its_own(large: Path, tmp_path: Path) -> None:
+    """Org a of the large file (6,000 memories, past OWN_TEXT_ROWS) has full-text tables of its own, and is
+    ranked by FTS5's bm25() over them, below the line and pruned above it: the very hits and scores it gets
+    in a file holding it alone, while org b (1,500 memories) stays in the shared tables."""
+    db = sqlite3.connect(large)
+    try:
+        assert _fts(db, "memory", "a") != "memories_fts" and _fts(db, "memory", "b") == "memories_fts"
+    finally:
+        db.close()
     alone = tmp_path / "alone.db"
     store = SQLiteStore(alone)
     rng = random.Random(5)  # the large file's org a: the same texts in the same order, so the same rowids
@@ -252,6 +306,67 @@ def test_an_org_is_ranked_as_in_a_file_of_its_own(large: Path, tmp_path: Path) -
         finally:
             shared.close()
             own.close()
+
+
+@pytest.mark.parametrize("line", [30_000, 1000])
+def test_a_large_orgs_search_reads_its_own_tables_alone(large: Path, line: int) -> None:
+    """A match reads a word's postings in the table it names: a large org's searches (org-wide and among
+    parents, complete and pruned at line 1,000) name its own tables alone, never the shared ones another
+    org's rows are in, so their cost does not follow what that org holds."""
+    store = SQLiteStore(large, text_prune_rows=line)
+    own = {_fts(store._db, kind, "a") for kind in ("memory", "section")}
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    try:
+        for query in QUESTIONS:
+            for kind, parents in (("memory", None), ("memory", ["a-big"]), ("section", None), ("section", ["a-d0", "a-d3"])):
+                statements.clear()
+                hits = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                named = {re.sub(r"_(data|idx|docsize|content|config)$", "", m.group(0))
+                         for s in statements for m in re.finditer(r"\b(?:memories|sections)_fts\w*", s)}  # fmt: skip
+                assert named <= own, (kind, query, named)
+                assert all(h.id.startswith("a-") for h in hits)
+    finally:
+        store._db.set_trace_callback(None)
+        store.close()
+
+
+def test_an_org_passing_the_line_gets_tables_of_its_own_with_the_same_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write that takes an org past OWN_TEXT_ROWS memories (or sections) gives it full-text tables of its
+    own and moves its rows there, in the same transaction; its answers stay bm25()'s over its own rows, and
+    the other org's are unchanged."""
+    monkeypatch.setattr(sqlite_schema, "OWN_TEXT_ROWS", 300)
+    rng = random.Random(23)
+    path = tmp_path / "grows.db"
+    store = SQLiteStore(path)
+    try:
+        store.write(WriteBatch(orgs=[Org(id="a"), Org(id="b")], memories=_memories("a", "a-r", 200, rng, rare=3) + _memories("b", "b-r", 100, rng, rare=20),
+                               documents=_documents("a", 10, rng, rare=2) + _documents("b", 10, rng, rare=5)))  # fmt: skip
+        searches = [(org, kind, parents, query) for org in ("a", "b") for kind, parents in
+                    (("section", None), ("memory", None), ("memory", [f"{org}-r"])) for query in QUESTIONS]  # fmt: skip
+
+        def answers() -> list[list[Hit]]:
+            out = []
+            for org, kind, parents, query in searches:
+                got = store.search_text(kind, query, org=org, limit=10, parents=parents)  # type: ignore[arg-type]
+                assert got == _complete(path, kind, query, org=org, limit=10, parents=parents), (org, kind, query)  # type: ignore[arg-type]
+                out.append(got)
+            return out
+
+        before = answers()
+        assert store._query("SELECT org FROM text_tables") == []
+        store.write(WriteBatch(memories=_memories("a", "a-s", 150, rng)))  # 350 memories: past the line
+        assert [org for (org,) in store._query("SELECT org FROM text_tables")] == ["a"]
+        own = _fts(store._db, "memory", "a")
+        assert store._query(f"SELECT count(*) FROM {own}")[0][0] == 350
+        assert store._query("SELECT count(*) FROM memories_fts")[0][0] == 100  # org b's alone
+        assert store._query(f"SELECT count(*) FROM {_fts(store._db, 'section', 'a')}")[0][0] == 80  # its sections moved too
+        after = answers()
+        assert after[len(after) // 2:] == before[len(before) // 2:]  # org b's answers unchanged
+        store.write(WriteBatch(memories=_memories("a", "a-r", 200, rng, rare=200)))  # written again, in its own table
+        answers()
+    finally:
+        store.close()
 
 
 def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
@@ -273,33 +388,34 @@ def test_a_write_refreshes_the_statistics(tmp_path: Path) -> None:
         other.close()
 
 
-def test_a_small_orgs_rows_are_read_once_and_read_again_after_its_own_writes_alone(tmp_path: Path) -> None:
-    """A small org's rows scored in Python (a pruned search) are read and tokenised once (later searches read
-    no text) while its table is unchanged; its own write has them read again, and the changed row scores as what it now says; another
-    org's write leaves them."""
+def test_a_small_orgs_rows_are_read_once_and_a_changed_text_is_read_again(tmp_path: Path) -> None:
+    """A small org's rows are read and tokenised once (later searches read no text); its own write has the
+    changed row read again, which then scores as what it now says; another org's write reads nothing."""
     path = tmp_path / "resident.db"
     rng = random.Random(7)
-    store = SQLiteStore(path, text_prune_rows=10)  # scored in Python (below the line, FTS5's bm25() ranks)
+    store = SQLiteStore(path)
     try:
         store.write(WriteBatch(orgs=[Org(id="a"), Org(id="b")], memories=_memories("a", "a-1", 60, rng, rare=3) + _memories("b", "b-1", 40, rng)))
         query = f"{RARE} renewal discount"
         first = store.search_text("memory", query, org="a", limit=20)
         assert first == _complete(path, "memory", query, org="a", limit=20)
-        table = _fts(store._db, "memory", "a")
-        kept = store._text._resident[table]
-        read = dict(kept.rows)
-        assert read and all(row is not None and row.org == "a" for row in read.values())
+        whole = store._text._whole[("memories_fts", "a")]
+        read = dict(whole.rows)
+        assert len(read) == 60 and all(row is not None and row.org == "a" for row in read.values())  # org b's: never
         assert store.search_text("memory", query, org="a", limit=20) == first
-        assert store._text._resident[table] is kept and all(kept.rows[r] is row for r, row in read.items())  # nothing read again
-        store.write(WriteBatch(memories=_memories("b", "b-2", 5, rng, rare=5)))  # another org's write: nothing read
-        assert store.search_text("memory", query, org="a", limit=20) == first
-        assert store._text._resident[table] is kept and all(kept.rows[r] is row for r, row in read.items())
+        assert all(whole.rows[r] is row for r, row in read.items())  # nothing read again
         changed = Memory(id="a-1-m0", org="a", record="a-1", text=f"{RARE} {RARE} {RARE} now.", created_at=WHEN)
         store.write(WriteBatch(memories=[(changed, "changed")]))
         after = store.search_text("memory", query, org="a", limit=20)
         assert after == _complete(path, "memory", query, org="a", limit=20)
         assert after[0].id == "a-1-m0" and after[0].score > first[0].score  # its new text, three times the rare word
-        assert store._text._resident[table] is not kept  # the org's own write: its rows were read again
+        again = {row.id: row for row in whole.rows.values() if row is not None}
+        assert again["a-1-m0"] not in read.values()  # the changed row was read again, the others were not
+        assert all(again[row.id] is row for row in read.values() if row is not None and row.id != "a-1-m0")
+        store.write(WriteBatch(memories=_memories("b", "b-2", 5, rng, rare=5)))  # another org's write: nothing read
+        kept = dict(whole.rows)
+        assert store.search_text("memory", query, org="a", limit=20) == _complete(path, "memory", query, org="a", limit=20)
+        assert all(whole.rows[r] is row for r, row in kept.items())
     finally:
         store.close()
 
@@ -316,89 +432,101 @@ def test_the_shortest_rows_are_ordered_by_their_token_count_across_varint_sizes(
         rowid = dict(store._query("SELECT id, rowid FROM memories", []))
         rowids = [rowid[f"m{i}"] for i in range(len(tokens))]
         by_tokens = sorted(rowids, key=lambda r: (tokens[rowids.index(r)], r))
-        shortest, table = store._text._shortest, store._text._table("memory", "a")  # noqa: SLF001 - the one ordering under test
-        assert table is not None
-        assert shortest(table, rowids, len(rowids)) == by_tokens
-        assert shortest(table, rowids[::-1], 4) == by_tokens[:4]
-        assert shortest(table, [*rowids, 10**9], 2) == [10**9, by_tokens[0]]  # no size recorded: 0 tokens
+        shortest = store._text._shortest  # noqa: SLF001 - the one ordering under test
+        assert shortest(TABLES["memory"], rowids, len(rowids)) == by_tokens
+        assert shortest(TABLES["memory"], rowids[::-1], 4) == by_tokens[:4]
+        assert shortest(TABLES["memory"], [*rowids, 10**9], 2) == [10**9, by_tokens[0]]  # no size recorded: 0 tokens
     finally:
         store.close()
 
 
-@pytest.mark.parametrize("line", [30_000, 100])
-def test_every_statement_of_an_orgs_search_reads_its_own_tables_alone(tmp_path: Path, line: int) -> None:
-    """Each org's full text is a table of its own: a match reads the postings of that org's rows alone, so its
-    cost never grows with what other orgs hold (a timing channel), and its statistics are the org's. No
-    statement of a small or a large org's search, org-wide or among parents, complete (FTS5's bm25()) or
-    pruned (line 100), names a full-text table of another org, and the answers are bm25()'s."""
+def test_a_small_org_sharing_the_file_searches_its_own_rows_alone(tmp_path: Path) -> None:
+    """FTS5's index holds every org's rows: a match reads a word's postings across orgs before keeping the
+    org's own, so its cost would grow with what other orgs hold (a timing channel). A small org's searches,
+    org-wide and among parents, and its words' counts read the org's own rows instead: no statement
+    matches the shared index, and the answers are the ones FTS5's bm25() gives over the org alone."""
     rng = random.Random(5)
     path = tmp_path / "shared.db"
-    store = SQLiteStore(path, text_prune_rows=line)
-    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b"), Org(id="c")])
+    store = SQLiteStore(path)
+    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
     batch.documents += _documents("a", 12, rng, rare=2) + _documents("b", 400, rng, rare=400)  # b: the rare word everywhere
     batch.memories += _memories("a", "a-r", 40, rng, rare=2) + _memories("b", "b-r", 2000, rng, rare=2000)
-    batch.memories += _memories("c", "c-r", 30, rng, rare=30) + _memories("c", "c-s", 30, rng, rare=3)
     store.write(batch)
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     try:
-        for org, searches in (
-            ("a", (("section", None), ("section", ["a-d0", "a-d3"]), ("memory", None), ("memory", ["a-r"]))),
-            ("b", (("section", None), ("section", ["b-d0", "b-d3"]), ("memory", None), ("memory", ["b-r"]))),
-            ("c", (("section", None), ("memory", None), ("memory", ["c-r", "c-s"]))),
-        ):
-            own = {_fts(store._db, kind, org) for kind in ("memory", "section")}  # made together, at its first text
-            for query in QUESTIONS:
-                for kind, parents in searches:
-                    statements.clear()
-                    hits = store.search_text(kind, query, org=org, limit=10, parents=parents)  # type: ignore[arg-type]
-                    named = {m.group(0) for s in statements for m in re.finditer(r"\b(?:memories|sections)_fts\w*", s)}
-                    assert {re.sub(r"_(data|idx|docsize|content|config)$", "", n) for n in named} <= own, (org, kind, query, named)
-                    assert all(h.id.startswith(f"{org}-") for h in hits)
-                    complete = _complete(path, kind, query, org=org, limit=100_000, parents=parents)  # type: ignore[arg-type]
-                    if line == 30_000:
-                        assert hits == complete[:10], (org, kind, query)
-                    else:  # pruned where the scope holds 100 rows or more: each hit scored as bm25() scores it
-                        scores = {h.id: h.score for h in complete}
-                        assert all(h.score == scores[h.id] for h in hits) and hits[:1] == complete[:1], (org, kind, query)
-                    if org == "c" and kind == "section":
-                        assert hits == []  # c has written no document
+        for query in QUESTIONS:
+            for kind, parents in (("section", None), ("section", ["a-d0", "a-d3"]), ("memory", None), ("memory", ["a-r"])):
+                statements.clear()
+                hits = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                shared = [s for s in statements if "MATCH" in s and ("sections_fts" in s or "memories_fts" in s)]
+                assert not shared, (kind, query, parents)
+                assert all(h.id.startswith("a-") for h in hits)
+                expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
         assert store.search_text("section", RARE, org="a", limit=10)  # the word both orgs hold is found in a's rows
     finally:
         store._db.set_trace_callback(None)
         store.close()
 
 
-def test_the_rows_kept_as_tokens_are_bounded_across_orgs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the bound on tokens kept, the tables searched least recently give their rows back; an org searched
-    again reads them again, with the same answers."""
+def test_small_orgs_read_whole_give_their_rows_back_past_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bound on tokens kept, the orgs searched least recently give their sections back; an org
+    searched again is read whole again, with the same answers."""
     rng = random.Random(9)
     path = tmp_path / "two-small.db"
     store = SQLiteStore(path)
     batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
     batch.documents += _documents("a", 10, rng, rare=1) + _documents("b", 10, rng, rare=1)
     store.write(batch)
-    store.close()
-
-    def search(store: SQLiteStore, org: str) -> None:
-        for query in QUESTIONS[:3]:
-            hits = store.search_text("section", query, org=org, limit=10)
-            assert hits == _complete(path, "section", query, org=org, limit=10), (org, query)
-
-    store = SQLiteStore(path, text_prune_rows=10)  # scored in Python (below the line, FTS5's bm25() ranks)
-    try:
-        search(store, "a")
-        search(store, "b")
-        tokens = {name: kept.tokens for name, kept in store._text._resident.items()}
-    finally:
-        store.close()
-    assert len(tokens) == 2
-    monkeypatch.setattr(sqlite_fulltext, "_RESIDENT_TOKENS", max(tokens.values()))  # one org's rows, not both
-    store = SQLiteStore(path, text_prune_rows=10)
+    monkeypatch.setattr(sqlite_fulltext, "_RESIDENT_TOKENS", 300)  # less than either org's rows hold
     try:
         for org in ("a", "b", "a", "b"):
-            search(store, org)
-            assert list(store._text._resident) == [_fts(store._db, "section", org)]  # the other org gave its rows back
+            for query in QUESTIONS[:3]:
+                hits = store.search_text("section", query, org=org, limit=10)
+                expected = _complete(path, "section", query, org=org, limit=10)
+                assert [(h.id, round(h.score, 9)) for h in hits] == [(h.id, round(h.score, 9)) for h in expected], (org, query)
+            kept = store._text._whole
+            assert list(kept) == [("sections_fts", org)]  # the other org gave its rows back
+            assert {row.org for row in kept[("sections_fts", org)].rows.values() if row is not None} == {org}
+    finally:
+        store.close()
+
+
+def test_a_small_orgs_rows_read_whole_follow_its_own_writes_alone(tmp_path: Path) -> None:
+    """The rows read whole are kept while the org's generation stays: another org's writes leave them; the
+    org's own writes have only the rows whose content changed read again (a memory written, a document
+    replaced), and the answers stay bm25()'s over the org alone."""
+    path = tmp_path / "writes.db"
+    store = _two_orgs(path, random.Random(13), documents=[(6, 1), (6, 1)], memories=[(20, 2), (20, 2)])
+    rng = random.Random(14)
+
+    def answers() -> list[list[tuple[str, float]]]:
+        out = []
+        for kind, parents in (("section", None), ("memory", None), ("memory", ["a-r"])):
+            for query in [*QUESTIONS, "kinkajou rules"]:
+                got = store.search_text(kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                expected = _complete(path, kind, query, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
+                assert [(h.id, round(h.score, 9)) for h in got] == [(h.id, round(h.score, 9)) for h in expected], (kind, query)
+                out.append([(h.id, round(h.score, 9)) for h in got])
+        return out
+
+    try:
+        answers()
+        sections, memories = (dict(store._text._whole[(f"{k}_fts", "a")].rows) for k in ("sections", "memories"))
+        store.write(WriteBatch(documents=_documents("b", 8, rng, rare=8), memories=_memories("b", "b-r", 30, rng)))
+        answers()
+        assert store._text._whole[("sections_fts", "a")].rows == sections  # another org's writes: nothing read again
+        assert all(store._text._whole[("memories_fts", "a")].rows[r] is row for r, row in memories.items())
+        changed = Document(id="a-d0", org="a", title="Policy", sections=(Section(id="a-d0-s0", heading="Kinkajou", text="Kinkajou rules."),))
+        added = Memory(id="a-r-new", org="a", record="a-r", text="The kinkajou rules changed.", created_at=WHEN)
+        store.write(WriteBatch(documents=[(changed, "changed")], memories=[(added, "added")]))
+        after = answers()
+        assert any(hits and hits[0][0] == "a-d0-s0" for hits in after) and any(hits and hits[0][0] == "a-r-new" for hits in after)
+        kept = store._text._whole[("sections_fts", "a")].rows
+        unchanged = [r for r, row in sections.items() if row is not None and not row.id.startswith("a-d0-")]
+        assert unchanged and all(kept[r] is sections[r] for r in unchanged)  # only the replaced document read again
+        assert not any(row is not None and row.id.startswith("a-d0-s1") for row in kept.values())  # its old sections gone
     finally:
         store.close()
 
@@ -420,41 +548,58 @@ def test_an_org_without_its_row_has_its_changed_rows_read_again(tmp_path: Path) 
         store.close()
 
 
-def test_a_file_of_schema_version_4_is_migrated_to_tables_per_org_with_the_same_answers(tmp_path: Path) -> None:
-    """Schema version 4 kept every org's full text in one table per kind; opening such a file gives each org
-    tables of its own (the shared ones dropped) and the same hits and scores for every org."""
-    rng = random.Random(21)
-    path = tmp_path / "v4.db"
+def test_an_org_alone_in_the_file_passing_the_line_takes_the_shared_tables_as_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no other org has memories or sections in the file, the org passing the line takes the shared
+    tables, renamed (nothing copied), and new shared ones are made for the orgs that come later."""
+    monkeypatch.setattr(sqlite_schema, "OWN_TEXT_ROWS", 100)
+    rng = random.Random(29)
+    path = tmp_path / "alone.db"
     store = SQLiteStore(path)
-    batch = WriteBatch(orgs=[Org(id="a"), Org(id="b")])
-    batch.documents += _documents("a", 20, rng, rare=2) + _documents("b", 30, rng, rare=20)
-    batch.memories += _memories("a", "a-r", 300, rng, rare=3) + _memories("b", "b-r", 500, rng, rare=100)
-    store.write(batch)
+    try:
+        store.write(WriteBatch(orgs=[Org(id="a")], memories=_memories("a", "a-r", 80, rng, rare=2), documents=_documents("a", 3, rng, rare=1)))
+        root = store._query("SELECT rootpage FROM sqlite_master WHERE name = 'memories_fts_data'")
+        store.write(WriteBatch(memories=_memories("a", "a-s", 40, rng)))  # 120 memories: past the line
+        assert dict(store._query("SELECT org, number FROM text_tables")) == {"a": 1}
+        assert store._query("SELECT rootpage FROM sqlite_master WHERE name = 'memories_fts_1_data'") == root  # renamed
+        assert store._query("SELECT count(*) FROM memories_fts_1")[0][0] == 120
+        assert store._query("SELECT count(*) FROM sections_fts_1")[0][0] == 24
+        assert store._query("SELECT count(*) FROM memories_fts")[0][0] == 0  # the new shared tables, empty
+        for query in QUESTIONS:
+            got = store.search_text("memory", query, org="a", limit=10, parents=["a-r"])
+            assert got == _complete(path, "memory", query, org="a", limit=10, parents=["a-r"]), query
+        store.write(WriteBatch(orgs=[Org(id="b")], memories=_memories("b", "b-r", 30, rng, rare=3)))  # a new org: the shared tables
+        assert store._query("SELECT DISTINCT org FROM memories_fts") == [("b",)]
+        for org in ("a", "b"):
+            for query in QUESTIONS:
+                assert store.search_text("memory", query, org=org, limit=10) == _complete(path, "memory", query, org=org, limit=10)
+    finally:
+        store.close()
+
+
+def test_a_file_of_schema_version_4_gives_its_large_orgs_tables_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema version 4 kept every org's full text in the shared tables; opening such a file gives each org
+    past OWN_TEXT_ROWS tables of its own (its rows moved) and the same hits and scores for every org."""
+    monkeypatch.setattr(sqlite_schema, "OWN_TEXT_ROWS", 250)
+    path = tmp_path / "v4.db"
+    store = _two_orgs(path, random.Random(21), documents=[(20, 2), (10, 5)], memories=[(300, 3), (100, 20)])
     searches = [(org, kind, parents, query) for org in ("a", "b") for kind, parents in
                 (("section", None), ("memory", None), ("memory", [f"{org}-r"])) for query in QUESTIONS]  # fmt: skip
     before = [store.search_text(kind, query, org=org, limit=10, parents=parents) for org, kind, parents, query in searches]  # type: ignore[arg-type]
     store.close()
-    db = sqlite3.connect(path)  # the file as version 4 wrote it: one full-text table per kind for every org
+    db = sqlite3.connect(path)  # the file as version 4 left it: every org's rows in the shared tables
     db.executescript("""
-        CREATE VIRTUAL TABLE sections_fts USING fts5 (org UNINDEXED, title, heading, text, tokenize = 'porter unicode61');
-        CREATE VIRTUAL TABLE memories_fts USING fts5 (org UNINDEXED, text, tokenize = 'porter unicode61');
-        INSERT INTO memories_fts (rowid, org, text) SELECT rowid, org, text FROM memories;
-        INSERT INTO sections_fts (rowid, org, title, heading, text)
-            SELECT s.rowid, s.org, d.title, s.heading, s.text FROM sections s JOIN documents d ON d.org = s.org AND d.id = s.document;
-        DROP TABLE memories_fts_1; DROP TABLE sections_fts_1; DROP TABLE memories_fts_2; DROP TABLE sections_fts_2;
-        DROP TABLE text_tables;
+        INSERT INTO memories_fts (rowid, org, text) SELECT rowid, org, text FROM memories_fts_1;
+        INSERT INTO sections_fts (rowid, org, title, heading, text) SELECT rowid, org, title, heading, text FROM sections_fts_1;
+        DROP TABLE memories_fts_1; DROP TABLE sections_fts_1; DROP TABLE text_tables;
         UPDATE meta SET value = '4' WHERE key = 'schema_version';
     """)
     db.close()
     store = SQLiteStore(path)
     try:
-        tables = {r[0] for r in store._query("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%fts%' AND sql LIKE '%fts5%'")}
-        assert tables == {"memories_fts_1", "sections_fts_1", "memories_fts_2", "sections_fts_2"}  # the shared ones gone
-        assert dict(store._query("SELECT org, number FROM text_tables")) == {"a": 1, "b": 2}
+        assert dict(store._query("SELECT org, number FROM text_tables")) == {"a": 1}
+        assert store._query("SELECT count(*) FROM memories_fts_1")[0][0] == 300
+        assert store._query("SELECT DISTINCT org FROM memories_fts") == [("b",)]
         after = [store.search_text(kind, query, org=org, limit=10, parents=parents) for org, kind, parents, query in searches]  # type: ignore[arg-type]
         assert after == before and any(after)
-        store.write(WriteBatch(memories=_memories("a", "a-new", 5, rng, rare=5)))  # and the migrated tables take writes
-        found = store.search_text("memory", RARE, org="a", limit=10, parents=["a-new"])
-        assert {h.id for h in found} == {f"a-new-m{i}" for i in range(5)}
     finally:
         store.close()

@@ -16,7 +16,7 @@ from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, prop
 from .fulltext import fts5_query, terms
 from .sqlite_connect import connect
 from .sqlite_fulltext import PrunedText
-from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS, text_table_ddl
+from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS, give_own_text_tables, needs_own_text_tables
 
 if TYPE_CHECKING:
     import numpy as np
@@ -164,6 +164,9 @@ class SQLiteStore:
                     self._write_batch(db, batch, rowids, touched)
                     kinds |= {(v.org, v.kind) for v in batch.vectors}
                     kinds |= {(r.org, "property") for r, _ in batch.records} | {(d.org, "section") for d, _ in batch.documents}
+                for org_id in sorted(rowids.texts):  # an org past OWN_TEXT_ROWS gets full-text tables of its own
+                    if needs_own_text_tables(db, org_id):
+                        give_own_text_tables(db, org_id)
                 for org_id in touched:
                     db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org_id,))
         except sqlite3.DatabaseError as exc:
@@ -233,7 +236,7 @@ class SQLiteStore:
     def _write_memory(self, db: sqlite3.Connection, m: Memory, digest: str, rowids: "_Rowids") -> None:
         org = require_org(m.org, "write")
         old = db.execute("SELECT rowid, record FROM memories WHERE org = ? AND id = ?", (org, m.id)).fetchone()
-        fts = f"memories_fts_{rowids.text_number(db, org)}"  # the org's own full-text table
+        fts = rowids.text_table(db, org, "memories_fts")
         if old:
             db.execute(f"DELETE FROM {fts} WHERE rowid = ?", (old[0],))
             db.execute("DELETE FROM memories WHERE rowid = ?", (old[0],))
@@ -243,7 +246,7 @@ class SQLiteStore:
             "INSERT INTO memories (rowid, org, id, record, text, created_at, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (rowid, org, m.id, m.record, m.text, _iso(m.created_at), digest),
         )
-        db.execute(f"INSERT INTO {fts} (rowid, text) VALUES (?, ?)", (rowid, m.text))
+        db.execute(f"INSERT INTO {fts} (rowid, org, text) VALUES (?, ?, ?)", (rowid, org, m.text))
         db.execute(
             "UPDATE vectors SET parent = ? WHERE org = ? AND kind = 'memory' AND key = ? AND parent <> ?",
             (m.record, org, m.id, m.record),
@@ -257,7 +260,7 @@ class SQLiteStore:
             (org, d.id, d.title, d.doc_type, json.dumps(list(d.tags)), roles, d.attached_record, int(d.is_system),
              digest),
         )  # fmt: skip
-        fts = f"sections_fts_{rowids.text_number(db, org)}"  # the org's own full-text table
+        fts = rowids.text_table(db, org, "sections_fts")
         old = db.execute("SELECT rowid, id FROM sections WHERE org = ? AND document = ?", (org, d.id)).fetchall()
         for rowid, _ in old:
             db.execute(f"DELETE FROM {fts} WHERE rowid = ?", (rowid,))
@@ -275,8 +278,8 @@ class SQLiteStore:
                 (first + position, org, s.id, d.id, position, s.heading, s.text),
             )
             db.execute(
-                f"INSERT INTO {fts} (rowid, title, heading, text) VALUES (?, ?, ?, ?)",
-                (first + position, d.title, s.heading, s.text),
+                f"INSERT INTO {fts} (rowid, org, title, heading, text) VALUES (?, ?, ?, ?, ?)",
+                (first + position, org, d.title, s.heading, s.text),
             )
 
     def content_hashes(self, kind: ItemKind, ids: Sequence[str], *, org: str) -> dict[str, str]:
@@ -441,24 +444,24 @@ class SQLiteStore:
         match = fts5_query(query)
         if match is None or limit <= 0 or (parents is not None and not parents):
             return []
-        # Each org's full text is a table of its own (sqlite_schema.text_table_ddl): a match reads that org's
-        # postings alone and bm25() counts its rows alone, so nothing another org holds moves a score or the
-        # time a search takes. The org is checked again on the joined row (s.org / m.org).
+        # The org is checked on the joined row (s.org / m.org), which always has the org of its full-text row
+        # (same rowid, written and deleted together). Checking the full-text table's UNINDEXED org column as
+        # well cost a content-table lookup per match (~40% of the query at 20,000 sections) and filtered nothing.
         if kind == "section":
-            fts, table, alias, column, weights = "sections_fts", "sections", "s", "document", "2.0, 2.0, 1.0"
+            fts, table, alias, column, weights = "sections_fts", "sections", "s", "document", "0.0, 2.0, 2.0, 1.0"
         elif kind == "memory":
             fts, table, alias, column, weights = "memories_fts", "memories", "m", "record", ""
         else:
             raise ValueError(f"no full-text search over {kind!r}")
         with self._lock:  # the pruned search's statistics and scratch table belong to this connection
             number = self._text_number(org)
-            if number is None:  # the org has written no memory or document yet
-                return []
-            fts = f"{fts}_{number}"
+            if number is not None:  # the org's own tables (an org past OWN_TEXT_ROWS, see sqlite_schema)
+                fts = f"{fts}_{number}"
             return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit, parents=parents)
 
     def _text_number(self, org: str) -> int | None:
-        """The org's number in ``text_tables`` (its full-text tables' suffix), None before its first text."""
+        """The org's number in ``text_tables`` (its own full-text tables' suffix), None while its rows share
+        the file's tables."""
         number = self._text_numbers.get(org)
         if number is None:
             found = self._query("SELECT number FROM text_tables WHERE org = ?", [org])
@@ -471,6 +474,11 @@ class SQLiteStore:
         self, kind: str, query: str, match: str, fts: str, table: str, alias: str, column: str, weights: str, *,
         org: str, limit: int, parents: Sequence[str] | None,
     ) -> list[Hit]:
+        # FTS5's bm25() weighs each term by its frequency in the whole table, so it ranks by itself only where
+        # the org is alone in its table (its own tables, past OWN_TEXT_ROWS, or a file holding one org);
+        # otherwise (at most OWN_TEXT_ROWS rows of a kind) the same BM25 is computed over the org's own rows,
+        # kept in the process (sqlite_fulltext.PrunedText), and nothing another org holds moves a score
+        sole = self._text.sole(kind, org)
         line = self.text_prune_rows
         if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
             return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True)
@@ -482,6 +490,8 @@ class SQLiteStore:
             f"FROM {fts} CROSS JOIN {table} {alias} ON {alias}.rowid = {fts}.rowid WHERE {fts} MATCH ?"
         )
         if parents is None:
+            if not sole:
+                return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=False)
             return self._hits(full + f" AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?", [match, org, int(limit)])
         # A parent's rows are one rowid range (its slot, see sqlite_schema): FTS5 reads one parent's range
         # alone, so the search costs what that record (or document) holds, not every match in the store.
@@ -493,10 +503,11 @@ class SQLiteStore:
         held = self._text.scope_rows(kind, line, org=org, slots=slots)
         if held >= line:
             return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=True)
-        if len(slots) > 1 and self._text.table_rows(kind, org=org) >= _WHOLE_TABLE * max(held, 1):
-            # FTS5 would read every match of the org's table (testing each one's slot) and every term's whole
-            # doclist for bm25's statistics; the same ranking, computed over these parents' rows alone, costs
-            # what they hold (the same hits, order and scores: tested against bm25())
+        if not sole or (len(slots) > 1 and self._text.table_rows(kind, org=org) >= _WHOLE_TABLE * max(held, 1)):
+            # another org's rows are in the table (above), or FTS5 would read every match in the table (testing
+            # each one's slot) and every term's whole doclist for bm25's statistics; the same ranking, computed
+            # over these parents' rows alone, costs what they hold (the same hits, order and scores: tested
+            # against bm25() over the org's own rows)
             return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=False)
         if len(slots) == 1:
             scope, scope_params = f"{fts}.rowid BETWEEN ? AND ?", [slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1]
@@ -654,19 +665,18 @@ class _Rowids:
     def __init__(self) -> None:
         self._slots: dict[tuple[str, str, str], int] = {}
         self._next: dict[tuple[str, int], int] = {}
-        self._numbers: dict[str, int] = {}  # org -> its number in text_tables (for this write alone: it may roll back)
+        self.texts: set[str] = set()  # orgs whose memories or sections this write changed
+        self._numbers: dict[str, int | None] = {}  # org -> its number in text_tables, as this write began
 
-    def text_number(self, db: sqlite3.Connection, org: str) -> int:
-        """The org's number in ``text_tables``; its first memory or document creates its full-text tables."""
+    def text_table(self, db: sqlite3.Connection, org: str, fts: str) -> str:
+        """The full-text table ``fts`` of ``org``: its own (``fts`` and its number) or the shared one. (An org
+        given tables of its own by this write gets them after its rows are written, which moves them.)"""
+        self.texts.add(org)
         if org not in self._numbers:
             row = db.execute("SELECT number FROM text_tables WHERE org = ?", (org,)).fetchone()
-            if row is None:
-                db.execute("INSERT INTO text_tables (org) VALUES (?)", (org,))
-                row = db.execute("SELECT number FROM text_tables WHERE org = ?", (org,)).fetchone()
-                for statement in text_table_ddl(int(row[0])):
-                    db.execute(statement)
-            self._numbers[org] = int(row[0])
-        return self._numbers[org]
+            self._numbers[org] = None if row is None else int(row[0])
+        number = self._numbers[org]
+        return fts if number is None else f"{fts}_{number}"
 
     def slot(self, db: sqlite3.Connection, org: str, kind: str, parent: str) -> int:
         key = (org, kind, parent)

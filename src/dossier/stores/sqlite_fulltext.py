@@ -5,11 +5,13 @@ FTS5's ``bm25()`` costs what the matches cost: it scores every row of the scope 
 (a row's length is a lookup per row) and, for each term's statistics, reads the term's whole doclist in
 the table. Among 100,000 memories of one record a typical question matches some 27,000 of them. Here:
 
-* the statistics (rows, their average length in tokens, each term's document frequency) are FTS5's own,
-  read from its index: every org has full-text tables of its own (``sqlite_schema.text_table_ddl``), so
-  they are the org's, and no other org's rows move a score or the time a match takes. They are kept per
-  process for as long as the index is unchanged (its structure and averages records are compared before
-  each search: one indexed read; any write to the table changes both);
+* the statistics (rows, their average length in tokens, each term's document frequency) are the org's
+  own: where the org is alone in the table (its own tables, which an org of more than
+  ``sqlite_schema.OWN_TEXT_ROWS`` rows of a kind has, or a file holding one org), FTS5's, read from its
+  index; otherwise counted over the org's rows (their number, the average length of the first ``_LENGTH_SAMPLE`` of them, and for each
+  term the matches whose slot is one of the org's), so that no other org's rows move a score. Either
+  is kept per process for as long as the index is unchanged (its structure and averages records are
+  compared before each search: one indexed read; any write to the table changes both);
 * the candidates (``cap``, 500, or four times the hits asked for) are rows of the scope holding the
   rarest terms: every row holding the terms that together match at most ``cap`` rows of the table; then
   rows holding all the other terms together, then all but the commonest of them, and so on (terms
@@ -29,9 +31,11 @@ the table. Among 100,000 memories of one record a typical question matches some 
   counted in all candidates' texts at once: each form of a term looked for as a plain string, a phrase
   of several tokens by a pattern of its pieces. The rows' scores are computed for all
   candidates at once (numpy, the same operations in the same order, so the same bits);
-* an org holding few rows of the kind (``_RESIDENT_SCOPE``: the sample org, an evaluation set) has each
-  row it scores read and tokenised once, and kept as its tokens' weighted counts while its table is
-  unchanged: later searches score it without reading its text.
+* an org holding few rows of the kind (``_RESIDENT_SCOPE``: the sample org, an evaluation set, most orgs
+  of a file several share) has all its rows of the kind read and tokenised once, kept as their tokens'
+  weighted counts and indexed by token while the org's generation stays (after its own writes, only the
+  rows whose content hash changed are read again): its matches, word counts and scores come from them,
+  never from a match of the index every org shares (whose cost would tell what other orgs hold).
 
 What pruning gives up: a row holding none of the terms that chose the candidates, or one not read
 among them, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40`` are
@@ -51,7 +55,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from .sqlite_schema import SLOT_BITS
+from .sqlite_schema import OWN_TEXT_ROWS, SLOT_BITS
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 #: ASCII punctuation and symbols, and whitespace: where unicode61 always ends a token. What lies between
@@ -65,9 +69,12 @@ _ARRAY = "json_group_array(%s)"
 _SCOPES_KEPT = 10_000  # scope sizes kept per table while its index is unchanged
 _WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")  # what a piece of lower-cased ASCII text is made of
 _LOOK_AHEAD = 4  # rows read per candidate still wanted from a step of candidates, the shortest kept
-_TABLES_KEPT = 1_024  # tables (two per org) whose statistics are kept (they start again past this)
-_RESIDENT_SCOPE = 5_000  # an org with at most this many rows of a kind has its rows' tokens kept (_Resident)
-_RESIDENT_TOKENS = 1_000_000  # tokens kept that way per store (past it, the tables searched least recently give theirs back)
+_ORGS_KEPT = 256  # orgs whose own statistics are kept per table (in a table several orgs share)
+_LENGTH_SAMPLE = 50_000  # an org's rows read for their average length (beyond it, the first ones estimate it)
+#: an org with at most this many rows of a kind has its rows' tokens kept (_Resident); in a shared table,
+#: read whole (_whole_org), which is what keeps every org there off the shared index
+_RESIDENT_SCOPE = OWN_TEXT_ROWS
+_RESIDENT_TOKENS = 1_000_000  # tokens kept per table that way (the rows start again past this)
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
 
@@ -75,19 +82,20 @@ Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
 @dataclass(frozen=True)
 class _Table:
     kind: str  # the store's name for it: "memory" or "section"
-    fts: str  # its name; an org's own table adds the org's number (``_number``)
+    fts: str
     content: str  # the content table (ids, parents, org), read as ``c``
     parent: str
     texts: str  # the indexed columns' text, in order (the full-text row, FTS5's content table, is ``x``)
     weights: tuple[float, ...]  # bm25 column weights of those columns, as the store passes them
     heavy: str = ""  # an FTS5 column filter naming the columns weighted above 1 (a term there counts twice)
     light: str = ""  # and one naming the others
+    own: bool = False  # one org's own table (``fts`` and the org's number; sqlite_schema.OWN_TEXT_ROWS)
 
 
 TABLES = {
     # a memory's text is written to both tables at once; a section's title comes from its document
     "memory": _Table("memory", "memories_fts", "memories", "record", "c.text", (1.0,)),
-    "section": _Table("section", "sections_fts", "sections", "document", "x.c0, x.c1, x.c2", (2.0, 2.0, 1.0), "{title heading}", "{text}"),
+    "section": _Table("section", "sections_fts", "sections", "document", "x.c1, x.c2, x.c3", (2.0, 2.0, 1.0), "{title heading}", "{text}"),
 }
 
 
@@ -97,7 +105,9 @@ class _Statistics:
     rows: int
     average_length: float
     df: dict[str, int] = field(default_factory=dict)  # term -> rows of the table holding its phrase
+    sole: dict[str, bool] = field(default_factory=dict)  # org -> whether it is the only org in the table
     scopes: dict[tuple, int] = field(default_factory=dict)  # (org, most, slots) -> rows counted (scope_rows)
+    whole: "_WholeOrg | None" = None  # a small org's rows read whole, as of its last search (_whole_org)
 
 
 @dataclass(frozen=True)
@@ -123,31 +133,58 @@ class _Resident:
     tokens: int = 0
 
 
+@dataclass
+class _WholeOrg:
+    """Every row of a small org in a table it shares with other orgs, read and tokenised, kept while the
+    org's generation stays (any write to the org moves it; another org's writes do not); when it moves, the
+    rows whose version changed are read again, the others kept (PrunedText._whole_org)."""
+
+    generation: int | None
+    versions: dict[int, str]  # rowid -> the content hash it was read at (a section's: its document's)
+    rows: dict[int, _Row | None]  # rowid -> its row
+    postings: dict[str, set[int]]  # token -> the rows holding it
+    tokens: int = 0
+
+    def drop(self, rowid: int) -> None:
+        self.versions.pop(rowid, None)
+        row = self.rows.pop(rowid, None)
+        if row is not None:
+            self.tokens -= sum(len(tokens) for _, tokens in row.columns)
+            for token in row.frequency:
+                held = self.postings.get(token)
+                if held is not None:
+                    held.discard(rowid)
+                    if not held:
+                        del self.postings[token]
+
+
 class PrunedText:
     """Pruned BM25 over the FTS5 tables of one SQLite connection (reads through ``query``, under the store's lock)."""
 
     def __init__(self, query: Query, number: Callable[[str], "int | None"], *, cap: int = 500) -> None:
-        """``number``: an org's number in ``text_tables`` (its tables' suffix), None while it has none."""
+        """``number``: an org's number in ``text_tables`` where it has full-text tables of its own, else None."""
         self._query = query
         self._number = number
+        self._tables: dict[tuple[str, int], _Table] = {}  # (kind, org's number) -> that org's own table
         self.cap = cap
-        self._tables: dict[tuple[str, int], _Table] = {}  # (kind, org's number) -> the org's table
-        self._statistics: dict[str, _Statistics] = {}  # fts table -> its statistics
-        self._resident: OrderedDict[str, _Resident] = OrderedDict()  # fts table -> the rows read so far
+        self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics of the whole table
+        self._org_statistics: OrderedDict[tuple[str, str], _Statistics] = OrderedDict()  # (fts, org) -> the org's
+        self._resident: dict[str, _Resident] = {}  # fts table -> the small orgs' rows read so far
+        self._whole: OrderedDict[tuple[str, str], _WholeOrg] = OrderedDict()  # (fts, org) -> its rows, see _whole_org
         self._pieces: dict[str, tuple[str, ...]] = {}  # piece of text -> its FTS5 tokens
         self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
         self._learnt: set[bytes] = set()  # digests of texts whose every piece is in ``_pieces``
         self._scratch = False  # the temporary tokenising table exists on this connection
 
-    def _table(self, kind: str, org: str) -> _Table | None:
-        """The org's own full-text table of ``kind`` (None before the org's first memory or document)."""
+    def _table(self, kind: str, org: str) -> _Table:
+        """The full-text table of ``kind`` that holds ``org``'s rows: its own, or the one orgs share."""
         number = self._number(org)
         if number is None:
-            return None
+            return TABLES[kind]
         table = self._tables.get((kind, number))
         if table is None:
             base = TABLES[kind]
-            table = self._tables[(kind, number)] = replace(base, fts=f"{base.fts}_{number}")
+            table = self._tables[(kind, number)] = replace(base, fts=f"{base.fts}_{number}", own=True)
         return table
 
     # -- sizes ---------------------------------------------------------------------------------------
@@ -155,8 +192,6 @@ class PrunedText:
         """Rows in the scope (the org's rows of ``kind``, or the rows of ``slots``), counted up to ``most``
         (at most ``most`` index entries are read; kept while the table's index is unchanged)."""
         table = self._table(kind, org)
-        if table is None:
-            return 0
         stats = self._read_statistics(table, [])
         key = (org, most, None if slots is None else tuple(slots))
         if key in stats.scopes:
@@ -178,9 +213,9 @@ class PrunedText:
         return counted
 
     def table_rows(self, kind: str, *, org: str) -> int:
-        """Rows in the org's full-text table of ``kind``: FTS5's own count, one read."""
-        table = self._table(kind, org)
-        return 0 if table is None else self._read_statistics(table, []).rows
+        """Rows in the full-text table of ``kind`` holding ``org``'s rows (every org's in a shared one): FTS5's
+        own count, one read."""
+        return self._read_statistics(self._table(kind, org), []).rows
 
     # -- search ------------------------------------------------------------------------------------
     def search(
@@ -190,19 +225,26 @@ class PrunedText:
         the terms ``found``, best first, ties by id. With ``prune`` false every matching row of the scope is
         scored (the complete ranking, as FTS5's bm25() gives it)."""
         table = self._table(kind, org)
-        if table is None:
-            return []
-        stats = self._read_statistics(table, found)
+        stats = self._org_stats(table, found, org)
         if stats.rows <= 0:
             return []
         matching = sorted((t for t in found if stats.df[t] > 0), key=lambda t: (stats.df[t], t))
         if not matching:
             return []
+        postings = None if prune or stats.whole is None else stats.whole.postings
         if prune:
             rowids = self._candidates(table, matching, stats, org=org, slots=slots, want=max(self.cap, 4 * int(limit)))
+        elif postings is not None:  # the org's rows holding a term's first token (in the slots): a superset of the match
+            held = {r for term in matching for r in postings.get(self._tokens(term)[0], ())}
+            if slots is not None:
+                within = set(slots)
+                held = {r for r in held if r >> SLOT_BITS in within}
+            rowids = sorted(held)
         else:
             rowids = self._rows(table, _any(matching), org=org, slots=slots, limit=None)
         scored = self._score(table, found, stats, rowids, org=org)
+        if postings is not None:  # the rows holding none of the phrases (a phrase's first token alone) score 0
+            scored = [row for row in scored if row[2] > 0.0]
         scored.sort(key=lambda row: (-row[2], row[0]))
         return scored[: int(limit)]
 
@@ -260,6 +302,13 @@ class PrunedText:
         length = dict(zip(ids, map(_size, map(bytes.fromhex, sizes))))
         return sorted(rowids, key=lambda r: (length.get(r, 0), r))[:count]
 
+    def _sole(self, table: _Table, org: str) -> bool:
+        """Whether ``org`` is the only org with rows in ``table`` (two reads of the org index's ends)."""
+        if table.own:
+            return True
+        low, high = self._query(f"SELECT (SELECT min(org) FROM {table.content}), (SELECT max(org) FROM {table.content})", [])[0]
+        return bool(low == high == org)
+
     def _rows(
         self, table: _Table, match: str, *, org: str, slots: Sequence[int] | None, limit: int | None,
         skip: dict[int, None] | None = None,
@@ -268,8 +317,14 @@ class PrunedText:
         fts = table.fts
         fetch = -1 if limit is None else int(limit) + len(skip or ())
         params: list[Any]
-        if slots is None:  # the org's own table (the rows scored are checked against the org again)
+        if slots is None and self._sole(table, org):  # no other org's rows to pass over (scored rows are checked again)
             sql, params = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT ?", [match, fetch]
+        elif slots is None:
+            sql = (
+                f"SELECT f.rowid AS rowid FROM {fts} f CROSS JOIN {table.content} c ON c.rowid = f.rowid "
+                f"WHERE {fts} MATCH ? AND c.org = ? LIMIT ?"
+            )
+            params = [match, org, fetch]
         else:  # one FTS5 cursor per slot, each reading that parent's rowid range alone
             rows: list[int] = []
             for start in range(0, len(slots), _SLOTS_PER_READ):
@@ -316,23 +371,22 @@ class PrunedText:
     def _score_resident(
         self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str
     ) -> list[tuple[str, str, float]]:
-        """:meth:`_score` for an org holding few rows of the kind (the sample org, an evaluation set): each row
-        is read and tokenised once and kept while the org's table is unchanged, then every search scores it
-        from its token counts, without reading or scanning its text again. The same frequencies (whole
-        numbers times the column weights: exact in any order), the same arithmetic."""
-        resident = self._resident.get(table.fts)
-        if resident is None or resident.key != stats.key:
-            resident = self._resident[table.fts] = _Resident(stats.key)
-        self._resident.move_to_end(table.fts)
-        missing = [r for r in rowids if r not in resident.rows]
-        if missing:
-            self._read_rows(table, missing, resident)
-            # past the bound, the tables searched least recently give their rows back (read again when searched)
-            while len(self._resident) > 1 and sum(r.tokens for r in self._resident.values()) > _RESIDENT_TOKENS:
-                self._resident.popitem(last=False)
-            if resident.tokens > _RESIDENT_TOKENS:  # this table alone holds more: it starts again next time
-                self._resident.pop(table.fts, None)
-        held = resident.rows
+        """:meth:`_score` for an org holding few rows of the kind (the sample org, an evaluation set, most orgs
+        of a shared file): each row is read and tokenised once (in a shared file, with all the org's rows:
+        :meth:`_whole_org`; an org alone in its table keeps the rows it read while the index is unchanged),
+        then every search scores it from its token counts, without reading or scanning its text again. The
+        same frequencies (whole numbers times the column weights: exact in any order), the same arithmetic."""
+        whole = stats.whole  # the org's rows read whole (refreshed by this search's _org_stats), unless a row
+        if whole is not None and all(r in whole.rows for r in rowids):  # written since came with the candidates
+            held = whole.rows
+        else:
+            resident = self._resident.get(table.fts)
+            if resident is None or resident.key != stats.key or resident.tokens > _RESIDENT_TOKENS:
+                resident = self._resident[table.fts] = _Resident(stats.key)
+            missing = [r for r in rowids if r not in resident.rows]
+            if missing:
+                self._read_rows(table, missing, resident)
+            held = resident.rows
         rows = [row for r in rowids if (row := held[r]) is not None and row.org == org]
         phrases = [self._tokens(term) for term in found]
         freqs = [
@@ -365,7 +419,7 @@ class PrunedText:
         return tuple(t for piece in pieces for t in (known[piece] if piece in known else (piece,)))
 
     def _read_rows(self, table: _Table, rowids: list[int], resident: _Resident) -> None:
-        """Read, tokenise and keep the rows ``rowids`` of ``table`` (each is scored for its own org alone)."""
+        """Read, tokenise and keep the rows ``rowids`` of ``table`` (any org's: each is scored for its own)."""
         read = self._read(table, rowids, ("c.rowid", "c.id", f"c.{table.parent}", "c.org", "hex(d.sz)"))
         texts_of = read[5:]
         self.learn([t or "" for column in texts_of for t in column])
@@ -383,12 +437,121 @@ class PrunedText:
             resident.rows.setdefault(rowid, None)  # no content or size row: not in the table
 
     # -- statistics --------------------------------------------------------------------------------
+    def sole(self, kind: str, org: str) -> bool:
+        """Whether ``org`` is the only org with rows of ``kind`` (then FTS5's own statistics are the org's;
+        kept while the table's index is unchanged)."""
+        table = self._table(kind, org)
+        return self._sole_now(table, self._read_statistics(table, []), org)
+
+    def _sole_now(self, table: _Table, whole: _Statistics, org: str) -> bool:
+        if table.own:
+            return True
+        if org not in whole.sole:
+            if len(whole.sole) > _ORGS_KEPT:
+                whole.sole.clear()
+            whole.sole[org] = self._sole(table, org)
+        return whole.sole[org]
+
+    def _org_stats(self, table: _Table, found: list[str], org: str) -> _Statistics:
+        """BM25's statistics over ``org``'s own rows: how many, their average length, each term's document
+        frequency. An org's scores never depend on what another org holds (its rows would otherwise weigh
+        in every term's IDF and in the average length, and the order of this org's hits would tell
+        something of the other's texts). When the org is the only one in the table they are FTS5's own
+        (one read); otherwise they are counted over the org's rows, kept while the index is unchanged."""
+        whole = self._read_statistics(table, [])
+        if self._sole_now(table, whole, org):
+            self._count(table, whole, found)
+            return whole
+        key = (table.fts, org)
+        stats = self._org_statistics.get(key)
+        if stats is None or stats.key != whole.key:
+            rows = int(self._query(f"SELECT count(*) FROM {table.content} WHERE org = ?", [org])[0][0])
+            # the average length over the org's first _LENGTH_SAMPLE rows (all of them in most orgs)
+            sizes = json.loads(self._query(
+                f"SELECT {_ARRAY % 'hex(d.sz)'} FROM (SELECT rowid FROM {table.content} WHERE org = ? LIMIT ?) c "
+                f"JOIN {table.fts}_docsize d ON d.id = c.rowid",
+                [org, _LENGTH_SAMPLE],
+            )[0][0])  # fmt: skip
+            tokens = sum(_size(bytes.fromhex(v)) for v in sizes)
+            stats = _Statistics(whole.key, rows, float(tokens) / float(len(sizes)) if sizes else 1.0)
+            self._org_statistics[key] = stats
+            while len(self._org_statistics) > _ORGS_KEPT:
+                self._org_statistics.popitem(last=False)
+        self._org_statistics.move_to_end(key)
+        stats.whole = self._whole_org(table, org) if stats.rows <= _RESIDENT_SCOPE else None
+        if stats.whole is None:
+            self._count(table, stats, found, org=org)
+        else:
+            self._count_in(stats, found, stats.whole)
+        return stats
+
+    # -- a small org sharing the table -------------------------------------------------------------
+    # The shared FTS5 tables hold the rows of every org of at most OWN_TEXT_ROWS rows of a kind: a match there
+    # reads a term's postings across orgs, then keeps the org's rows, so its cost would grow with how many rows
+    # of other orgs hold the word (an org could time another's vocabulary: bench/text_isolation.py). A small
+    # org's rows are read whole instead, tokenised and
+    # indexed by token here; its matches and document frequencies are found among them alone. They are kept
+    # while the org's generation stays; when the org writes, only its rows whose content hash changed (a
+    # memory written, a document replaced) are read again.
+    _VERSIONS = {
+        "section": "SELECT json_group_array(json_array(s.rowid, d.hash)) FROM sections s "
+                   "JOIN documents d ON d.org = s.org AND d.id = s.document WHERE s.org = ?",
+        "memory": "SELECT json_group_array(json_array(rowid, hash)) FROM memories WHERE org = ?",
+    }
+
+    def _whole_org(self, table: _Table, org: str) -> _WholeOrg:
+        """Every row of ``org`` in ``table``, read and indexed by token, current as of the org's generation
+        (read first: a write landing meanwhile has its rows read at the next search)."""
+        found = self._query("SELECT generation FROM orgs WHERE id = ?", [org])
+        generation = int(found[0][0]) if found else None  # no org row: no generation to trust, compare every time
+        key = (table.fts, org)
+        whole = self._whole.get(key)
+        if whole is not None and generation is not None and whole.generation == generation:
+            self._whole.move_to_end(key)
+            return whole
+        versions = {int(r): str(v) for r, v in json.loads(self._query(self._VERSIONS[table.kind], [org])[0][0])}
+        if whole is None:
+            whole = self._whole[key] = _WholeOrg(generation, {}, {}, {})
+        for rowid in [r for r, v in whole.versions.items() if versions.get(r) != v]:
+            whole.drop(rowid)  # deleted, or written again
+        fresh = [r for r in versions if r not in whole.versions]
+        if fresh:
+            read = _Resident(key=())
+            self._read_rows(table, fresh, read)
+            for rowid in fresh:
+                row = read.rows[rowid]
+                whole.rows[rowid] = row
+                whole.versions[rowid] = versions[rowid]
+                if row is not None and row.org == org:
+                    for token in row.frequency:
+                        whole.postings.setdefault(token, set()).add(rowid)
+            whole.tokens += read.tokens
+        whole.generation = generation
+        self._whole.move_to_end(key)
+        # past the bound, the orgs searched least recently give their rows back (read again when searched)
+        while sum(w.tokens for w in self._whole.values()) > _RESIDENT_TOKENS and len(self._whole) > 1:
+            self._whole.popitem(last=False)
+        return whole
+
+    def _count_in(self, stats: _Statistics, found: list[str], whole: _WholeOrg) -> None:
+        """:meth:`_count` among a small org's rows read whole: the rows holding each term's phrase."""
+        for term in found:
+            if term in stats.df:
+                continue
+            phrase = self._tokens(term)
+            if not phrase:
+                stats.df[term] = 0
+            elif len(phrase) == 1:
+                stats.df[term] = len(whole.postings.get(phrase[0], ()))
+            else:
+                held = (whole.rows[r] for r in whole.postings.get(phrase[0], ()))
+                stats.df[term] = sum(1 for row in held if row is not None and any(
+                    _occurrences(tokens, phrase) for _, tokens in row.columns))
+
     def _read_statistics(self, table: _Table, found: list[str]) -> _Statistics:
         records = dict(self._query(f"SELECT id, block FROM {table.fts}_data WHERE id IN (1, 10)", []))
         key = (records.get(1), records.get(10))
         stats = self._statistics.get(table.fts)
-        if stats is None and len(self._statistics) >= _TABLES_KEPT:
-            self._statistics.clear()  # start again (a store holding many orgs)
         if stats is None or stats.key != key:
             averages = _varints(records.get(1) or b"")
             rows, tokens = (averages[0], sum(averages[1:])) if averages else (0, 0)
@@ -397,14 +560,20 @@ class PrunedText:
         self._count(table, stats, found)
         return stats
 
-    def _count(self, table: _Table, stats: _Statistics, found: list[str]) -> None:
-        """Each term's document frequency in the org's table, counted once while the index is unchanged."""
-        sql = f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ?"
+    def _count(self, table: _Table, stats: _Statistics, found: list[str], *, org: str | None = None) -> None:
+        """Each term's document frequency in the whole table (or among ``org``'s rows), counted once while
+        the index is unchanged."""
+        sql, scope = f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ?", []
+        if org is not None:
+            # a row's slot (its parent's, see sqlite_schema) names its org: the org's slots are read once into
+            # a temporary index, and each match is tested there, with no read of the content table
+            sql += f" AND (rowid >> {SLOT_BITS}) IN (SELECT slot FROM parent_slots WHERE org = ? AND kind = ?)"
+            scope = [org, table.kind]
         for term in found:
             if term not in stats.df and not self._tokens(term):
                 stats.df[term] = 0  # no token: FTS5's phrase is empty and matches nothing
             elif term not in stats.df:
-                stats.df[term] = int(self._query(sql, [_phrase(term)])[0][0])
+                stats.df[term] = int(self._query(sql, [_phrase(term), *scope])[0][0])
 
     # -- tokens ------------------------------------------------------------------------------------
     def _tokens(self, term: str) -> tuple[str, ...]:

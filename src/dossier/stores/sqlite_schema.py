@@ -1,5 +1,5 @@
 """Schema migrations of the SQLite store; ``MIGRATIONS[i]`` moves a store from version i to i + 1 (a script,
-or a function of the connection where the statements depend on what the store holds)."""
+or a function of the connection where what it does depends on what the store holds)."""
 
 from __future__ import annotations
 
@@ -9,33 +9,64 @@ from typing import Callable, Union
 #: rowids of one parent's memories or sections: [slot << SLOT_BITS, (slot + 1) << SLOT_BITS)
 SLOT_BITS = 24
 
-
-def text_table_ddl(number: int) -> list[str]:
-    """The full-text tables of the org numbered ``number`` in ``text_tables``: each org has its own, so a
-    search reads (and BM25 counts) that org's rows alone, whatever other orgs of the file hold."""
-    return [
-        f"CREATE VIRTUAL TABLE memories_fts_{int(number)} USING fts5 (text, tokenize = 'porter unicode61')",
-        f"CREATE VIRTUAL TABLE sections_fts_{int(number)} USING fts5 (title, heading, text, tokenize = 'porter unicode61')",
-    ]
+#: An org holding more memories or more sections than this has full-text tables of its own; a smaller org's
+#: rows share the file's ``memories_fts`` and ``sections_fts``, and its searches read its own rows alone,
+#: kept in the process (``sqlite_fulltext.PrunedText._whole_org``). Either way no search of one org matches
+#: an index that holds another org's rows, whose cost would tell what that org holds.
+OWN_TEXT_ROWS = 5_000
 
 
-def _text_tables_per_org(db: sqlite3.Connection) -> None:
-    """5: the full text of every org in tables of its own (before, one table per kind held every org's rows:
-    a match read the postings of every org, so its cost told what other orgs hold, and FTS5's statistics
-    counted them). Rowids are kept; each org's rows are indexed again from the content tables."""
+def needs_own_text_tables(db: sqlite3.Connection, org: str) -> bool:
+    """Whether ``org`` holds more than ``OWN_TEXT_ROWS`` memories or sections and has no tables of its own yet
+    (at most ``OWN_TEXT_ROWS + 1`` index entries read per kind)."""
+    if db.execute("SELECT 1 FROM text_tables WHERE org = ?", (org,)).fetchone():
+        return False
+    return any(
+        db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE org = ? LIMIT ?)", (org, OWN_TEXT_ROWS + 1)).fetchone()[0]
+        > OWN_TEXT_ROWS
+        for table in ("memories", "sections")
+    )
+
+
+def give_own_text_tables(db: sqlite3.Connection, org: str) -> int:
+    """Give ``org`` full-text tables of its own, ``memories_fts_N`` and ``sections_fts_N`` (N its number in
+    ``text_tables``, returned), and move its rows there from the shared ones (rowids kept). The tables have
+    the shared ones' columns, so both are read alike."""
+    db.execute("INSERT INTO text_tables (org) VALUES (?)", (org,))
+    number = int(db.execute("SELECT number FROM text_tables WHERE org = ?", (org,)).fetchone()[0])
+    ends = [db.execute(f"SELECT (SELECT min(org) FROM {t}), (SELECT max(org) FROM {t})").fetchone() for t in ("memories", "sections")]
+    if all(low in (None, org) and high in (None, org) for low, high in ends):
+        # the file holds no other org's memories or sections (most files): the shared tables are the org's
+        for kind in ("memories", "sections"):
+            db.execute(f"ALTER TABLE {kind}_fts RENAME TO {kind}_fts_{number}")
+        _shared_text_tables(db)
+        return number
+    _shared_text_tables(db, suffix=f"_{number}")
+    db.execute(f"INSERT INTO memories_fts_{number} (rowid, org, text) SELECT rowid, org, text FROM memories WHERE org = ?", (org,))
+    db.execute(
+        f"INSERT INTO sections_fts_{number} (rowid, org, title, heading, text) SELECT s.rowid, s.org, d.title, s.heading, s.text "
+        "FROM sections s JOIN documents d ON d.org = s.org AND d.id = s.document WHERE s.org = ?",
+        (org,),
+    )
+    db.execute("DELETE FROM memories_fts WHERE rowid IN (SELECT rowid FROM memories WHERE org = ?)", (org,))
+    db.execute("DELETE FROM sections_fts WHERE rowid IN (SELECT rowid FROM sections WHERE org = ?)", (org,))
+    return number
+
+
+def _shared_text_tables(db: sqlite3.Connection, suffix: str = "") -> None:
+    """The full-text tables as the shared ones are (``suffix`` names an org's own)."""
+    db.execute(f"CREATE VIRTUAL TABLE memories_fts{suffix} USING fts5 (org UNINDEXED, text, tokenize = 'porter unicode61')")
+    db.execute(
+        f"CREATE VIRTUAL TABLE sections_fts{suffix} USING fts5 (org UNINDEXED, title, heading, text, tokenize = 'porter unicode61')"
+    )
+
+
+def _own_text_tables_for_large_orgs(db: sqlite3.Connection) -> None:
+    """5: full-text tables of their own for the orgs holding more than ``OWN_TEXT_ROWS`` rows of a kind."""
     db.execute("CREATE TABLE text_tables (number INTEGER PRIMARY KEY, org TEXT NOT NULL UNIQUE)")
-    db.execute("INSERT INTO text_tables (org) SELECT org FROM memories UNION SELECT org FROM sections ORDER BY 1")
-    for number, org in db.execute("SELECT number, org FROM text_tables ORDER BY number").fetchall():
-        for statement in text_table_ddl(number):
-            db.execute(statement)
-        db.execute(f"INSERT INTO memories_fts_{number} (rowid, text) SELECT rowid, text FROM memories WHERE org = ?", (org,))
-        db.execute(
-            f"INSERT INTO sections_fts_{number} (rowid, title, heading, text) SELECT s.rowid, d.title, s.heading, s.text "
-            "FROM sections s JOIN documents d ON d.org = s.org AND d.id = s.document WHERE s.org = ?",
-            (org,),
-        )
-    db.execute("DROP TABLE memories_fts")
-    db.execute("DROP TABLE sections_fts")
+    for (org,) in db.execute("SELECT org FROM memories UNION SELECT org FROM sections ORDER BY 1").fetchall():
+        if needs_own_text_tables(db, org):
+            give_own_text_tables(db, org)
 
 
 MIGRATIONS: tuple[Union[str, Callable[[sqlite3.Connection], None]], ...] = (
@@ -170,7 +201,7 @@ MIGRATIONS: tuple[Union[str, Callable[[sqlite3.Connection], None]], ...] = (
             SELECT new.org, new.kind, new.rowid WHERE EXISTS (SELECT 1 FROM vector_indexes WHERE org = new.org AND kind = new.kind);
     END;
     """,
-    _text_tables_per_org,
+    _own_text_tables_for_large_orgs,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
