@@ -71,6 +71,7 @@ class SQLiteStore:
                                 "cache_bytes": vector_cache_bytes}  # fmt: skip
         self._vector_search: SQLiteVectors | None = None  # made on first use (numpy, usearch)
         self._text_numbers: dict[str, int] = {}  # org -> its number in text_tables (committed, never changes)
+        self._searching: tuple[str, int | None] | None = None  # (org, its number) during one full-text search
         self._text = PrunedText(self._query, self._text_number)  # full text over large scopes
 
     @property
@@ -457,11 +458,17 @@ class SQLiteStore:
             number = self._text_number(org)
             if number is not None:  # the org's own tables (an org past OWN_TEXT_ROWS, see sqlite_schema)
                 fts = f"{fts}_{number}"
-            return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit, parents=parents)
+            self._searching = (org, number)  # read once per search, however often the pruned search asks
+            try:
+                return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit, parents=parents)
+            finally:
+                self._searching = None
 
     def _text_number(self, org: str) -> int | None:
         """The org's number in ``text_tables`` (its own full-text tables' suffix), None while its rows share
         the file's tables."""
+        if self._searching is not None and self._searching[0] == org:
+            return self._searching[1]
         number = self._text_numbers.get(org)
         if number is None:
             found = self._query("SELECT number FROM text_tables WHERE org = ?", [org])
