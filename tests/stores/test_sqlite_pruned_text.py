@@ -548,6 +548,36 @@ def test_an_org_without_its_row_has_its_changed_rows_read_again(tmp_path: Path) 
         store.close()
 
 
+def _memory_answers_are_bm25s(store: SQLiteStore, path: Path, orgs: tuple[str, ...]) -> None:
+    for org in orgs:
+        for query in QUESTIONS:
+            assert store.search_text("memory", query, org=org, limit=10) == _complete(path, "memory", query, org=org, limit=10), (org, query)
+
+
+def test_a_write_of_many_batches_writes_the_batches_after_the_line_into_the_orgs_own_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An org is given its tables by the batch that takes it past the line, so the rest of a large load is
+    written to them directly, not to the shared tables and then moved."""
+    monkeypatch.setattr(sqlite_schema, "OWN_TEXT_ROWS", 300)
+    rng = random.Random(31)
+    path = tmp_path / "load.db"
+    store = SQLiteStore(path)
+    try:
+        store.write(WriteBatch(orgs=[Org(id="a"), Org(id="b")], memories=_memories("b", "b-r", 50, rng, rare=5)))
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        store.write_many([WriteBatch(memories=_memories("a", f"a-{n}", count, rng, rare=2)) for n, count in enumerate((200, 150, 100))])
+        store._db.set_trace_callback(None)
+        made = next(i for i, sql in enumerate(statements) if sql.startswith("CREATE VIRTUAL TABLE memories_fts_1"))
+        assert sum(sql.startswith("INSERT INTO memories_fts (") for sql in statements[:made]) == 350  # the first two batches
+        assert not any(sql.startswith("INSERT INTO memories_fts (") for sql in statements[made:])
+        assert sum(sql.startswith("INSERT INTO memories_fts_1 (rowid, org, text) VALUES") for sql in statements[made:]) == 100  # the third
+        assert store._query("SELECT count(*) FROM memories_fts_1")[0][0] == 450
+        assert store._query("SELECT DISTINCT org FROM memories_fts") == [("b",)]
+        _memory_answers_are_bm25s(store, path, ("a", "b"))
+    finally:
+        store.close()
+
+
 def test_an_org_alone_in_the_file_passing_the_line_takes_the_shared_tables_as_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no other org has memories or sections in the file, the org passing the line takes the shared
     tables, renamed (nothing copied), and new shared ones are made for the orgs that come later."""
@@ -569,9 +599,7 @@ def test_an_org_alone_in_the_file_passing_the_line_takes_the_shared_tables_as_it
             assert got == _complete(path, "memory", query, org="a", limit=10, parents=["a-r"]), query
         store.write(WriteBatch(orgs=[Org(id="b")], memories=_memories("b", "b-r", 30, rng, rare=3)))  # a new org: the shared tables
         assert store._query("SELECT DISTINCT org FROM memories_fts") == [("b",)]
-        for org in ("a", "b"):
-            for query in QUESTIONS:
-                assert store.search_text("memory", query, org=org, limit=10) == _complete(path, "memory", query, org=org, limit=10)
+        _memory_answers_are_bm25s(store, path, ("a", "b"))
     finally:
         store.close()
 

@@ -165,9 +165,7 @@ class SQLiteStore:
                     self._write_batch(db, batch, rowids, touched)
                     kinds |= {(v.org, v.kind) for v in batch.vectors}
                     kinds |= {(r.org, "property") for r, _ in batch.records} | {(d.org, "section") for d, _ in batch.documents}
-                for org_id in sorted(rowids.texts):  # an org past OWN_TEXT_ROWS gets full-text tables of its own
-                    if needs_own_text_tables(db, org_id):
-                        give_own_text_tables(db, org_id)
+                    rowids.own_text_tables(db)  # after each batch: a large load writes the rest into them
                 for org_id in touched:
                     db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org_id,))
         except sqlite3.DatabaseError as exc:
@@ -672,18 +670,27 @@ class _Rowids:
     def __init__(self) -> None:
         self._slots: dict[tuple[str, str, str], int] = {}
         self._next: dict[tuple[str, int], int] = {}
-        self.texts: set[str] = set()  # orgs whose memories or sections this write changed
-        self._numbers: dict[str, int | None] = {}  # org -> its number in text_tables, as this write began
+        self._numbers: dict[str, int | None] = {}  # org -> its number in text_tables (None: the shared tables)
+        self._shared: set[str] = set()  # orgs that wrote texts to the shared tables since the last check
 
     def text_table(self, db: sqlite3.Connection, org: str, fts: str) -> str:
-        """The full-text table ``fts`` of ``org``: its own (``fts`` and its number) or the shared one. (An org
-        given tables of its own by this write gets them after its rows are written, which moves them.)"""
-        self.texts.add(org)
+        """The full-text table ``fts`` of ``org``: its own (``fts`` and its number) or the shared one."""
         if org not in self._numbers:
             row = db.execute("SELECT number FROM text_tables WHERE org = ?", (org,)).fetchone()
             self._numbers[org] = None if row is None else int(row[0])
         number = self._numbers[org]
-        return fts if number is None else f"{fts}_{number}"
+        if number is None:
+            self._shared.add(org)
+            return fts
+        return f"{fts}_{number}"
+
+    def own_text_tables(self, db: sqlite3.Connection) -> None:
+        """Give the orgs that this write took past ``OWN_TEXT_ROWS`` full-text tables of their own (their rows
+        moved there; later batches of the write go to them)."""
+        for org in sorted(self._shared):
+            if needs_own_text_tables(db, org):
+                self._numbers[org] = give_own_text_tables(db, org)
+        self._shared.clear()
 
     def slot(self, db: sqlite3.Connection, org: str, kind: str, parent: str) -> int:
         key = (org, kind, parent)
