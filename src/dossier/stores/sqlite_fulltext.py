@@ -8,8 +8,9 @@ the table. Among 100,000 memories of one record a typical question matches some 
 * the statistics (rows, their average length in tokens, each term's document frequency) are the org's
   own: where the org is alone in the table (its own tables, which an org of more than
   ``sqlite_schema.OWN_TEXT_ROWS`` rows of a kind has, or a file holding one org), FTS5's, read from its
-  index; otherwise counted over the org's rows (their number, the average length of the first ``_LENGTH_SAMPLE`` of them, and for each
-  term the matches whose slot is one of the org's), so that no other org's rows move a score. Either
+  index; otherwise counted over the org's rows (their number, the average length of the first
+  ``_LENGTH_SAMPLE`` of them, and for each term the matches whose slot is one of the org's), so that no
+  other org's rows move a score. Either
   is kept per process for as long as the index is unchanged (its structure and averages records are
   compared before each search: one indexed read; any write to the table changes both);
 * the candidates (``cap``, 500, or four times the hits asked for) are rows of the scope holding the
@@ -489,10 +490,9 @@ class PrunedText:
     # The shared FTS5 tables hold the rows of every org of at most OWN_TEXT_ROWS rows of a kind: a match there
     # reads a term's postings across orgs, then keeps the org's rows, so its cost would grow with how many rows
     # of other orgs hold the word (an org could time another's vocabulary: bench/text_isolation.py). A small
-    # org's rows are read whole instead, tokenised and
-    # indexed by token here; its matches and document frequencies are found among them alone. They are kept
-    # while the org's generation stays; when the org writes, only its rows whose content hash changed (a
-    # memory written, a document replaced) are read again.
+    # org's rows are read whole instead, tokenised and indexed by token here; its matches and document
+    # frequencies are found among them alone. They are kept while the org's generation stays; when the org
+    # writes, only its rows whose content hash changed (a memory written, a document replaced) are read again.
     _VERSIONS = {
         "section": "SELECT json_group_array(json_array(s.rowid, d.hash)) FROM sections s "
                    "JOIN documents d ON d.org = s.org AND d.id = s.document WHERE s.org = ?",
