@@ -37,7 +37,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).parent))  # bench/scale.py's pgserver, for --postgres
 
@@ -82,23 +82,30 @@ def open_store(postgres: str | None, tmp: str, name: str) -> Any:
     return PostgresStore(fresh_pg_database(pg_server(Path(postgres)).get_uri(), f"isolation_{name}"))
 
 
+def alternated(stores: dict[Any, Any], rounds: int, search: Callable[[Any, int], list[Any]]) -> tuple[dict[Any, float], dict[Any, list[str]]]:
+    """``search(store, n)`` timed for each round ``n`` in every store in turn, which store goes first
+    alternating (so that no store's figures carry the order they were measured in): each store's p50 in
+    ms, and the ids of its last hits."""
+    labels = list(stores)
+    times: dict[Any, list[float]] = {label: [] for label in labels}
+    found: dict[Any, list[str]] = {}
+    for n in range(rounds):
+        for label in labels if n % 2 else labels[::-1]:
+            started = time.perf_counter()
+            hits = search(stores[label], n)
+            times[label].append((time.perf_counter() - started) * 1000)
+            found[label] = [h.id for h in hits]
+    return {label: round(statistics.median(t), 4) for label, t in times.items()}, found
+
+
 def timed(stores: dict[bool, Any], searches: int) -> tuple[dict[bool, dict[str, float]], dict[bool, list[list[str]]]]:
-    """Each search timed in both stores in turn (which goes first alternates), so that neither store's
-    figures carry the order they were measured in."""
     kinds = {"sections": ("section", None), "memories": ("memory", ["a-r"])}
     out: dict[bool, dict[str, float]] = {holds: {} for holds in stores}
     hits: dict[bool, list[list[str]]] = {holds: [] for holds in stores}
     for name, (kind, parents) in kinds.items():
-        times: dict[bool, list[float]] = {holds: [] for holds in stores}
-        found: dict[bool, list[str]] = {}
-        for n in range(searches):
-            for holds in (True, False) if n % 2 else (False, True):
-                started = time.perf_counter()
-                got = stores[holds].search_text(kind, WORD, org="a", limit=10, parents=parents)  # type: ignore[arg-type]
-                times[holds].append((time.perf_counter() - started) * 1000)
-                found[holds] = [h.id for h in got]
+        p50, found = alternated(stores, searches, lambda store, _: store.search_text(kind, WORD, org="a", limit=10, parents=parents))
         for holds in stores:
-            out[holds][name] = round(statistics.median(times[holds]), 4)
+            out[holds][name] = p50[holds]
             hits[holds].append(found[holds])
     return out, hits
 

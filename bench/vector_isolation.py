@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # bench/text_isolation.py's stor
 
 from dossier.bundle import Memory, Org  # noqa: E402
 from dossier.stores.base import VectorWrite, WriteBatch  # noqa: E402
-from text_isolation import open_store  # noqa: E402
+from text_isolation import alternated, open_store  # noqa: E402
 
 WHEN = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
@@ -60,8 +58,6 @@ def build(store: Any, own: int, other: int) -> Any:
 
 
 def timed(stores: dict[str, Any], queries: np.ndarray) -> tuple[dict[str, dict[str, float]], dict[str, list[list[str]]]]:
-    """Each query searched in both stores in turn (which goes first alternates), so that neither store's
-    figures carry the order they were measured in."""
     kinds = {"org_wide": None, "record": ["a-r1"]}
     for store in stores.values():
         for q in queries[:20]:  # warm up: indexes loaded, statements prepared
@@ -69,18 +65,10 @@ def timed(stores: dict[str, Any], queries: np.ndarray) -> tuple[dict[str, dict[s
                 store.search_vectors("memory", q, org="a", limit=20, parents=parents)
     out: dict[str, dict[str, float]] = {label: {} for label in stores}
     hits: dict[str, list[list[str]]] = {label: [] for label in stores}
-    labels = list(stores)
     for name, parents in kinds.items():
-        times: dict[str, list[float]] = {label: [] for label in stores}
-        found: dict[str, list[str]] = {}
-        for n, q in enumerate(queries):
-            for label in labels if n % 2 else labels[::-1]:
-                started = time.perf_counter()
-                result = stores[label].search_vectors("memory", q, org="a", limit=20, parents=parents)
-                times[label].append((time.perf_counter() - started) * 1000)
-                found[label] = [h.id for h in result]
+        p50, found = alternated(stores, len(queries), lambda store, n: store.search_vectors("memory", queries[n], org="a", limit=20, parents=parents))
         for label in stores:
-            out[label][name] = round(statistics.median(times[label]), 4)
+            out[label][name] = p50[label]
             hits[label].append(found[label])
     return out, hits
 
