@@ -165,6 +165,9 @@ class Engine:
             embedder=lambda: self.embedder, fuse=self.fuse,
             sources=self.sources, selector=self.selector, filter_inferrer=self.filter_inferrer,
             augmenter=self.augmenter, llm=self.llm, reranker=self.reranker, background=self.background,
+            embed_ahead=lambda text: self.embed_ahead(text, scope=scope),
+            while_embedding=lambda fn, *args, **kwargs: self.while_embedding(
+                fn, concurrent=bool(getattr(self.store, "concurrent_reads", False)), args=args, kwargs=kwargs),
             service_store=lambda: self.service_store, defer=self.defer, keep_late=self.keep_late,
         )  # fmt: skip
 
@@ -208,10 +211,38 @@ class Engine:
         """
         if not getattr(self.store, "concurrent_reads", False):
             return None
+        return self._pool().submit(fn, *args, **kwargs)
+
+    def while_embedding(self, fn: Callable[..., Any], *, concurrent: bool, args: tuple = (), kwargs: dict | None = None) -> Future:
+        """Run a store read that needs no vector while the call's query embedding runs (started ahead by
+        :meth:`embed_ahead` on a background thread): in the background too on a store with concurrent reads
+        (``concurrent``: PostgreSQL), else at once on this thread (SQLite: one connection under a lock, so
+        the reads stay on the call's thread and the model, which holds neither that lock nor Python's, runs
+        on the other core meanwhile). Its result, or its exception, is in the returned future."""
+        if concurrent:
+            return self._pool().submit(fn, *args, **(kwargs or {}))
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args, **(kwargs or {})))
+        except Exception as exc:  # noqa: BLE001 - the source reads it back and reports it where it takes it
+            done.set_exception(exc)
+        return done
+
+    def embed_ahead(self, text: str, *, scope: tuple[str, str]) -> None:
+        """Start the query embedding of ``text`` (cached per ``scope``, as :meth:`embed_query`) on a
+        background thread, so that the call's reads that need no vector run meanwhile; a later
+        :meth:`embed_query` of the same text in the same scope waits for that run instead of making its own
+        (the cache's queue). A failure here is not reported: that later call embeds again and reports it."""
+        if text:
+            self.embedder  # noqa: B018 - binds the store on first use (on this thread: a failure is the call's)
+            assert self._queries is not None
+            self._pool().submit(self._queries, text, scope, beside=True)
+
+    def _pool(self) -> ThreadPoolExecutor:
         with self._background_lock:
             if self._background is None:
                 self._background = ThreadPoolExecutor(3, thread_name_prefix="dossier-prefetch")
-        return self._background.submit(fn, *args, **kwargs)
+            return self._background
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:

@@ -121,6 +121,18 @@ def test_query_vectors_do_not_depend_on_their_batch(embedder: OnnxMiniLM) -> Non
     assert np.array_equal(embedder.embed_batch(questions, kind="query"), alone)
 
 
+def test_a_question_embedded_beside_other_work_gets_the_same_vector_on_one_core() -> None:
+    # the engine embeds a call's question ahead on one core while its reads that need no vector run, and the
+    # vector lands in the cache every later call takes from: it must be the one every core gives, bit for bit
+    model = OnnxMiniLM(threads=2)
+    questions = ["What discount applies?", "Who approves refunds above 500 EUR?", "SSO", "Is NW-EDU-40 a course?",
+                 "What did Jane say about the renewal of the Acme contract in June, and which rules apply?"]
+    for question in questions:
+        assert np.array_equal(model.embed_query_beside(question), model.embed_query(question))
+    cached = CachedQueries(model)
+    assert np.array_equal(cached(questions[0], ("northwind", "ana"), beside=True), model.embed_query(questions[0]))
+
+
 class _Gated(Embedder):
     """Holds its first run until ``release`` is set, and records every run's texts."""
 

@@ -70,3 +70,48 @@ def test_a_failing_background_read_is_reported_like_a_foreground_one(
     )  # fmt: skip
     assert reported in (response.sources[source].error or "")
     assert response.partial
+
+
+def test_the_query_is_embedded_ahead_while_the_full_text_searches_run_and_the_answers_are_the_same(
+    fresh_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, embedder = fresh_engine.store, fresh_engine.embedder
+    threads: dict[str, set[str]] = {"memory": set(), "section": set(), "embed": set()}
+    search, embed = store.search_text, embedder.embed_query_beside
+
+    def searched(kind: str, *args: Any, **kwargs: Any) -> Any:
+        threads[kind].add(threading.current_thread().name)
+        return search(kind, *args, **kwargs)
+
+    def embedded(text: str) -> Any:
+        threads["embed"].add(threading.current_thread().name)
+        return embed(text)
+
+    monkeypatch.setattr(store, "search_text", searched)
+    monkeypatch.setattr(embedder, "embed_query_beside", embedded)
+    ahead = _answers(fresh_engine)
+    # the questions are embedded ahead, on a background thread (a call that asks for its vector before that
+    # run starts makes it itself, on every core)
+    assert threads["embed"] and all(name.startswith("dossier-prefetch") for name in threads["embed"])
+    for kind in ("memory", "section"):  # PostgreSQL reads in the background; SQLite on the call's own thread
+        assert any(name.startswith("dossier-prefetch") for name in threads[kind]) == store.concurrent_reads, kind
+        assert threads[kind]
+    monkeypatch.setattr(fresh_engine, "embed_ahead", lambda *args, **kwargs: None)
+    monkeypatch.setattr(fresh_engine, "while_embedding", lambda *args, **kwargs: None)
+    monkeypatch.setattr(store, "concurrent_reads", False, raising=False)
+    for seen in threads.values():
+        seen.clear()
+    assert _answers(fresh_engine) == ahead
+    assert not any(name.startswith("dossier-prefetch") for seen in threads.values() for name in seen)
+
+
+def test_a_failing_full_text_memory_search_started_ahead_is_reported_like_a_foreground_one(
+    fresh_engine: dossier.Engine,
+) -> None:
+    fresh_engine.store = FaultyStore(fresh_engine.store, {"search_text": kind_is("memory")})  # type: ignore[assignment]
+    response = fresh_engine.retrieve(
+        {"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "What pricing did we discuss?"},
+        org="northwind", caller="ana",
+    )  # fmt: skip
+    assert "full-text memory search failed" in (response.sources["memories"].error or "")
+    assert response.partial and response.items("memories")  # the vector search's memories stand

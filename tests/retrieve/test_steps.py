@@ -34,7 +34,8 @@ def call_of(request: dict[str, Any]) -> Call:
     steps = Steps(
         store=_unused, embed_query=lambda text: np.zeros(4, dtype=np.float32), embedder=_unused, fuse=rrf,
         sources=(), selector=HeuristicSelector(), filter_inferrer=RuleFilterInferrer(), augmenter=NoAugmenter(),
-        llm=None, reranker=None, background=_unused, service_store=_unused, defer=_unused, keep_late=_unused,
+        llm=None, reranker=None, background=_unused, embed_ahead=_unused, while_embedding=_unused,
+        service_store=_unused, defer=_unused, keep_late=_unused,
     )  # fmt: skip
     return Call(steps=steps, request=parse_request(request), org="acme", caller=Caller(id="ana", org="acme"),
                 settings=Settings())  # fmt: skip

@@ -76,7 +76,9 @@ class SourceQuery:
 class SourceTools:
     """What a source runs with. ``query_vector`` embeds the question once per call (the same vector the
     other layers use); ``background`` starts a store read on another thread (None when the store serves
-    one read at a time); ``prefetched`` holds the reads the sources' ``prefetch`` started."""
+    one read at a time); ``embed_ahead`` starts embedding a query text on another thread, and
+    ``while_embedding`` runs a read that needs no vector meanwhile (in the background where the store reads
+    concurrently, else at once); ``prefetched`` holds the reads the sources' ``prefetch`` started."""
 
     store: Store
     embed_query: Callable[[str], np.ndarray]
@@ -84,6 +86,8 @@ class SourceTools:
     embedder: Callable[[], Embedder]
     fuse: Fuse
     background: Callable[..., Future[Any] | None] = lambda *args, **kwargs: None
+    embed_ahead: Callable[[str], None] = lambda text: None
+    while_embedding: Callable[..., Future[Any] | None] = lambda *args, **kwargs: None
     prefetched: Mapping[str, Future[Any]] = field(default_factory=lambda: MappingProxyType({}))
 
     def take(self, key: str, compute: Callable[[], Any]) -> Any:

@@ -107,8 +107,9 @@ class Steps:
 
     ``embedder`` and ``service_store`` are opened on first use (a call that embeds nothing loads no model;
     one that opens no session opens no service tables). ``background`` starts a store read on another
-    thread (None when the store serves one read at a time); ``defer`` and ``keep_late`` hand a synthesis
-    over to the engine's background results.
+    thread (None when the store serves one read at a time); ``embed_ahead`` starts a query embedding on
+    one, and ``while_embedding`` runs a read that needs no vector meanwhile (``Engine.while_embedding``);
+    ``defer`` and ``keep_late`` hand a synthesis over to the engine's background results.
     """
 
     store: Store
@@ -122,6 +123,8 @@ class Steps:
     llm: ChatModel | None
     reranker: Reranker | None
     background: Callable[..., Future[Any] | None]
+    embed_ahead: Callable[[str], None]
+    while_embedding: Callable[..., Future[Any]]
     service_store: Callable[[], ServiceStore]
     defer: Callable[..., None]
     keep_late: Callable[..., None]

@@ -44,6 +44,12 @@ class Embedder(ABC):
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_batch([text], kind="query")[0]
 
+    def embed_query_beside(self, text: str) -> np.ndarray:
+        """The vector :meth:`embed_query` gives, computed without taking every core: for a run made while
+        the same call does other work on this machine (the engine embeds a call's question this way while
+        its reads that need no vector run)."""
+        return self.embed_query(text)
+
     def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
         """Embed many texts in batches of similar length; ``progress(n)`` after each batch."""
         if not texts:
@@ -85,7 +91,9 @@ class CachedQueries:
         self._running = False
         self.runs = 0  # model runs made (tests and benches read it)
 
-    def __call__(self, text: str, scope: Hashable = None) -> np.ndarray:
+    def __call__(self, text: str, scope: Hashable = None, *, beside: bool = False) -> np.ndarray:
+        """The vector of ``text`` in ``scope``; ``beside``: a run this caller makes for it alone uses
+        :meth:`Embedder.embed_query_beside` (the caller's call does other work meanwhile)."""
         key = (scope, text)
         with self._turn:
             if key in self._cache:
@@ -107,16 +115,17 @@ class CachedQueries:
                 self._queue = [k for k in self._queue if k not in taken]
                 self._turn.release()
                 try:
-                    outcome: list[np.ndarray] | BaseException = self._embed([k[1] for k in batch])
+                    outcome: list[np.ndarray] | BaseException = self._embed([k[1] for k in batch], beside=beside)
                 finally:
                     self._turn.acquire()
                 self._finish(batch, outcome)
         return waiting.result()
 
-    def _embed(self, batch: list[str]) -> list[np.ndarray] | BaseException:
+    def _embed(self, batch: list[str], *, beside: bool = False) -> list[np.ndarray] | BaseException:
         try:
             if len(batch) == 1:
-                return [self.embedder.embed_query(batch[0])]
+                embed = self.embedder.embed_query_beside if beside else self.embedder.embed_query
+                return [embed(batch[0])]
             return list(self.embedder.embed_batch(batch, kind="query"))
         except BaseException as exc:  # noqa: BLE001 - each waiting caller gets the failure
             return exc
@@ -183,6 +192,11 @@ class OnnxMiniLM(Embedder):
         # questions (one, or a few from concurrent calls) use every core; documents run one core per batch
         session = self._query_session if len(texts) == 1 or kind == "query" else self._batch_session
         return self._run(session, texts)
+
+    def embed_query_beside(self, text: str) -> np.ndarray:
+        # one core: onnxruntime's threads spin between operators, so a run on every core would take the core
+        # the call's other work is on (the same vector on one thread or several: tested bit for bit)
+        return self._run(self._batch_session, [text])[0]
 
     def embed_documents(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
         if self._workers <= 1 or len(texts) <= self.batch_size:

@@ -56,22 +56,24 @@ class DocumentsSource:
         return self._search(query, tools, found)
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Start this call's section searches in the background (when the store reads concurrently), so
-        that they run while the record's own sources recall; :meth:`_search` then takes their results."""
+        """Start embedding the document query and, meanwhile, search the sections by words (in the
+        background where the store reads concurrently, else at once); then, where the store reads
+        concurrently, start the vector search in the background, so that it runs while the record's own
+        sources recall. :meth:`_search` takes them."""
         if query.mode == "fetch" or not query.message:
             return {}
         text, limit = self._query_and_limit(query)
+        tools.embed_ahead(text)
         out: dict[str, Future[Any]] = {}
+        if query.depth != "fast":
+            words = tools.while_embedding(self._text_search, tools.store, query.org, text, limit)
+            if words is not None:
+                out["documents.text"] = words
         if not self._may_inform(query):  # else the vector search waits for the memories source's lead
             vector = tools.embed_query(text)
             started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
-            if started is None:
-                return {}
-            out["documents.vector"] = started
-        if query.depth != "fast":
-            words = tools.background(self._text_search, tools.store, query.org, text, limit)
-            if words is not None:
-                out["documents.text"] = words
+            if started is not None:
+                out["documents.vector"] = started
         return out
 
     @staticmethod

@@ -26,8 +26,19 @@ class MemoriesSource:
     name: SourceName = "memories"
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Nothing to start ahead: this source's reads are quick, or depend on each other."""
-        return {}
+        """Start embedding the memory query, and meanwhile search the record's memories by words (it needs
+        no vector; on a record of many memories it is the longest read of the call). The search is asked
+        with the pool the ranker takes; :meth:`_semantic` takes it only when it asks the same (the
+        heuristic's pool depends on the recent tier: it then searches again)."""
+        if query.tombstone or not query.record_ids or not query.message or not self._semantic_enabled(query):
+            return {}
+        settings = query.settings
+        text = query.memory_query or query.message
+        tools.embed_ahead(text)
+        pool = max(settings.semantic_memories + settings.recent_memories, settings.memory_candidates)
+        started = tools.while_embedding(tools.store.search_text, "memory", text, org=query.org,
+                                        parents=list(query.record_ids), limit=pool)  # fmt: skip
+        return {} if started is None else {_words_key(text, pool): started}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
         return recalled(lambda found: self._recall(query, tools, found), trace=query.trace)
@@ -102,7 +113,8 @@ class MemoriesSource:
                 recent[memory_id].score = score
         words = guarded(
             found, "memories",
-            lambda: store.search_text("memory", text, org=org, parents=record_ids, limit=pool),
+            lambda: tools.take(_words_key(text, pool),
+                               lambda: store.search_text("memory", text, org=org, parents=record_ids, limit=pool)),
             what="full-text memory search",
         )  # fmt: skip
         lead: list[str] = []
@@ -161,6 +173,12 @@ class MemoriesSource:
             if evidence[i].id not in kept and evidence[i].id not in recent:
                 found.note("memories", evidence[i].id, "recall", "dropped", "below_threshold", float(probabilities[i]))
         return chosen, lead, memories
+
+
+def _words_key(text: str, pool: int) -> str:
+    """The key of a prefetched full-text search of the record's memories (its text and pool, so that a
+    search asked differently never takes it)."""
+    return f"memories.text:{pool}:{text}"
 
 
 def memory_searches(store: Store, embedder: Embedder, vector: np.ndarray, *, org: str, record_ids: list[str],

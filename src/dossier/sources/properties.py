@@ -18,7 +18,12 @@ class PropertiesSource:
     name: SourceName = "properties"
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Nothing to start ahead: this source's reads are quick, or depend on each other."""
+        """Start embedding the question when this source will rank by it (the other sources' reads that
+        need no vector run meanwhile); its own reads are quick, or depend on each other."""
+        if query.message and not query.tombstone and (
+            query.record.properties if query.record is not None else not query.record_named
+        ):
+            tools.embed_ahead(query.message)
         return {}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
