@@ -110,29 +110,39 @@ class SQLiteVectors:
         size = len(index)
         fetch = min(size, limit if parents is None else max(2 * limit, math.ceil(2 * limit / share)))
         first = index.nearest_many(queries, fetch)
-        if len(first) > 1:  # the keys and parents of all of them in one read
-            self._rows_of(org, kind, list(dict.fromkeys(label for labels in first for label in labels)), index.seq)
-        return [self._ann_hits(kind, org, index, q, labels, fetch, limit, parents) for q, labels in zip(queries, first)]
+        # the keys and parents of all of them in one read, and the vectors of every query's hits in one
+        rows = self._rows_of(org, kind, list(dict.fromkeys(label for labels in first for label in labels)), index.seq)
+        hits = [self._ann_hits(kind, org, index, q, labels, rows, fetch, limit, parents) for q, labels in zip(queries, first)]
+        wanted = list(dict.fromkeys(h[0] for found in hits if found for h in found))
+        at = {label: i for i, label in enumerate(wanted)}
+        vectors = index.vectors(wanted)
+        out: list[Found | None] = []
+        for query, found in zip(queries, hits):
+            if not found:
+                out.append(found)
+                continue
+            sims = similarities(vectors[[at[h[0]] for h in found]], query)
+            order = sorted(range(len(found)), key=lambda i: (-float(sims[i]), found[i][1]))[:limit]
+            out.append([(found[i][1], found[i][2], float(sims[i])) for i in order])
+        return out
 
-    def _ann_hits(self, kind: str, org: str, index: Any, query: np.ndarray, labels: list[int], fetch: int, limit: int,
-                  parents: set[str] | None) -> Found | None:  # fmt: skip
-        """The best ``limit`` rows of (org, kind) among ``parents`` from the ANN index's ``labels`` nearest
-        ``query`` (``fetch`` of them asked), asking for more while too few are left."""
+    def _ann_hits(self, kind: str, org: str, index: Any, query: np.ndarray, labels: list[int],
+                  rows: dict[int, tuple[str, str]], fetch: int, limit: int,
+                  parents: set[str] | None) -> list[tuple[int, str, str]] | None:  # fmt: skip
+        """(label, key, parent) of the rows of (org, kind) among ``parents`` from the ANN index's ``labels``
+        nearest ``query`` (``fetch`` of them asked; ``rows``: their keys and parents, read), asking for
+        more while too few are left (None: still too few among ``parents``)."""
         size = len(index)
         while True:
-            rows = self._rows_of(org, kind, labels, index.seq)  # rows deleted since, or of another org or kind, drop out
+            # rows deleted since, or of another org or kind, are not in ``rows`` and drop out
             hits = [(label, *rows[label]) for label in labels if label in rows and (parents is None or rows[label][1] in parents)]
             if len(hits) >= limit or fetch >= size:
-                break
+                return hits
             if parents is not None and fetch >= _MAX_FETCH:
                 return None
             fetch = min(size, fetch * 4)
             labels = index.nearest(query, fetch)
-        if not hits:
-            return []
-        sims = similarities(index.vectors([h[0] for h in hits]), query)
-        order = sorted(range(len(hits)), key=lambda i: (-float(sims[i]), hits[i][1]))[:limit]
-        return [(hits[i][1], hits[i][2], float(sims[i])) for i in order]
+            rows = self._rows_of(org, kind, labels, index.seq)
 
     def _rows_of(self, org: str, kind: str, labels: list[int], seq: int) -> dict[int, tuple[str, str]]:
         """Key and parent of each label that is a row of (org, kind), read from the database once while
