@@ -230,9 +230,10 @@ class Engine:
 
     def embed_ahead(self, text: str, *, scope: tuple[str, str]) -> None:
         """Start the query embedding of ``text`` (cached per ``scope``, as :meth:`embed_query`) on a
-        background thread, so that the call's reads that need no vector run meanwhile; a later
-        :meth:`embed_query` of the same text in the same scope waits for that run instead of making its own
-        (the cache's queue). A failure here is not reported: that later call embeds again and reports it."""
+        background thread and one core (:meth:`Embedder.embed_query_beside`), so that the call's long reads
+        that need no vector run meanwhile on the other; a later :meth:`embed_query` of the same text in the
+        same scope waits for that run instead of making its own (the cache's queue). A failure here is not
+        reported: that later call embeds again and reports it."""
         if text:
             self.embedder  # noqa: B018 - binds the store on first use (on this thread: a failure is the call's)
             assert self._queries is not None

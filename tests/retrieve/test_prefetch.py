@@ -72,37 +72,70 @@ def test_a_failing_background_read_is_reported_like_a_foreground_one(
     assert response.partial
 
 
+def _watch_embedding(engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
+    """The threads each way of running the model ran on: ``all`` (every core), ``beside`` (one core)."""
+    embedder = engine.embedder
+    threads: dict[str, set[str]] = {"all": set(), "beside": set()}
+    for way, name in (("all", "embed_query"), ("beside", "embed_query_beside")):
+        inner = getattr(embedder, name)
+
+        def embedded(text: str, inner: Any = inner, way: str = way) -> Any:
+            threads[way].add(threading.current_thread().name)
+            return inner(text)
+
+        monkeypatch.setattr(embedder, name, embedded)
+    return threads
+
+
 def test_the_query_is_embedded_ahead_while_the_full_text_searches_run_and_the_answers_are_the_same(
     fresh_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store, embedder = fresh_engine.store, fresh_engine.embedder
-    threads: dict[str, set[str]] = {"memory": set(), "section": set(), "embed": set()}
-    search, embed = store.search_text, embedder.embed_query_beside
+    store = fresh_engine.store
+    threads: dict[str, set[str]] = {"memory": set(), "section": set()}
+    search = store.search_text
 
     def searched(kind: str, *args: Any, **kwargs: Any) -> Any:
         threads[kind].add(threading.current_thread().name)
         return search(kind, *args, **kwargs)
 
-    def embedded(text: str) -> Any:
-        threads["embed"].add(threading.current_thread().name)
-        return embed(text)
-
     monkeypatch.setattr(store, "search_text", searched)
-    monkeypatch.setattr(embedder, "embed_query_beside", embedded)
+    model = _watch_embedding(fresh_engine, monkeypatch)
     ahead = _answers(fresh_engine)
-    # the questions are embedded ahead, on a background thread (a call that asks for its vector before that
-    # run starts makes it itself, on every core)
-    assert threads["embed"] and all(name.startswith("dossier-prefetch") for name in threads["embed"])
+    # PostgreSQL: the questions are embedded ahead on one core, a background thread, while the server searches;
+    # SQLite: the sample org's searches are short, so the question is embedded after them on every core
+    assert bool(model["beside"]) == store.concurrent_reads
+    assert all(name.startswith("dossier-prefetch") for name in model["beside"])
+    assert model["all"] or store.concurrent_reads
     for kind in ("memory", "section"):  # PostgreSQL reads in the background; SQLite on the call's own thread
         assert any(name.startswith("dossier-prefetch") for name in threads[kind]) == store.concurrent_reads, kind
         assert threads[kind]
     monkeypatch.setattr(fresh_engine, "embed_ahead", lambda *args, **kwargs: None)
     monkeypatch.setattr(fresh_engine, "while_embedding", lambda *args, **kwargs: None)
     monkeypatch.setattr(store, "concurrent_reads", False, raising=False)
-    for seen in threads.values():
+    for seen in (*threads.values(), *model.values()):
         seen.clear()
     assert _answers(fresh_engine) == ahead
-    assert not any(name.startswith("dossier-prefetch") for seen in threads.values() for name in seen)
+    assert not any(name.startswith("dossier-prefetch") for seen in (*threads.values(), *model.values()) for name in seen)
+
+
+def test_a_record_with_a_long_full_text_search_is_embedded_on_one_core_beside_it(
+    fresh_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dossier.sources import context_helpers
+
+    request = {"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "What pricing did we discuss?"}
+    store = fresh_engine.store
+    held = store.text_scope_rows("memory", org="northwind", most=1_000, parents=["rec-jane"])
+    assert 0 < held < context_helpers.LONG_TEXT_SCOPE
+    model = _watch_embedding(fresh_engine, monkeypatch)
+    short = fresh_engine.retrieve(request, org="northwind", caller="ana")
+    assert bool(model["beside"]) == store.concurrent_reads  # SQLite: a short search, then the model on every core
+    monkeypatch.setattr(context_helpers, "LONG_TEXT_SCOPE", held)  # the record's search now counts as long
+    model["all"].clear()
+    long = fresh_engine.retrieve({**request, "message": "What pricing did we discuss with her?"}, org="northwind",
+                                 caller="ana")  # fmt: skip
+    assert model["beside"] and all(name.startswith("dossier-prefetch") for name in model["beside"])
+    assert short.items("memories") and long.items("memories")
 
 
 def test_a_failing_full_text_memory_search_started_ahead_is_reported_like_a_foreground_one(

@@ -16,6 +16,7 @@ _VECTOR = np.zeros(384, dtype=np.float32)
 #: every org-scoped method of StoreSearcher, called well formed
 SEARCHER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
     "search_text": lambda s, org: s.search_text("section", "discount", org=org, limit=5),
+    "text_scope_rows": lambda s, org: s.text_scope_rows("memory", org=org, most=10),
     "search_vectors": lambda s, org: s.search_vectors("section", _VECTOR, org=org, limit=5),
     "search_vectors_many": lambda s, org: s.search_vectors_many("section", [_VECTOR, _VECTOR], org=org, limit=5),
 }
@@ -93,6 +94,30 @@ class SearcherContract:
                 hits = store.search_text("memory", "renewal quote forklift fleet", org=org, limit=limit, parents=parents)
                 assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in everything[:limit]]
             assert [(-h.score, h.id) for h in everything] == sorted((-h.score, h.id) for h in everything)
+
+    def test_text_scope_rows_counts_the_scope_of_a_search_up_to_the_most_asked(self, store: Store, embedder: Any) -> None:
+        items = write_world(store, embedder)
+        memories = [m for m in items["memories"] if m.org == "acme"]
+        sections = [s for d in items["documents"] if d.org == "acme" for s in d.sections]
+        assert store.text_scope_rows("memory", org="acme", most=1_000) == len(memories)
+        assert store.text_scope_rows("section", org="acme", most=1_000) == len(sections)
+        assert store.text_scope_rows("memory", org="acme", most=2) == 2  # counted no further than asked
+        jane = sum(1 for m in memories if m.record == "r-jane")
+        assert store.text_scope_rows("memory", org="acme", most=1_000, parents=["r-jane"]) == jane
+        assert store.text_scope_rows("memory", org="acme", most=1_000, parents=["r-jane", "r-bob", "r-nobody"]) == jane + 2
+        assert store.text_scope_rows("section", org="acme", most=1_000, parents=["d-discounts"]) == 2
+        assert store.text_scope_rows("memory", org="acme", most=1_000, parents=[]) == 0
+        # another org's rows are not counted, and a write is (the count is not kept past it)
+        store.write(make_batch(embedder, orgs=[Org(id="globex")], records=[_contact("globex", "r-jane")],
+                               memories=[_memory("globex", f"g-m{n}", "r-jane", "Renewal note.", "2024-05-01T00:00:00+00:00")
+                                         for n in range(7)]))  # fmt: skip
+        assert store.text_scope_rows("memory", org="acme", most=1_000, parents=["r-jane"]) == jane
+        assert store.text_scope_rows("memory", org="globex", most=1_000, parents=["r-jane"]) == 7
+        store.write(make_batch(embedder, orgs=[Org(id="acme")], records=[_contact("acme", "r-jane")],
+                               memories=[_memory("acme", "m-jane-9", "r-jane", "One more.", "2024-05-02T00:00:00+00:00")]))  # fmt: skip
+        assert store.text_scope_rows("memory", org="acme", most=1_000, parents=["r-jane"]) == jane + 1
+        with pytest.raises(ValueError):
+            store.text_scope_rows("record", org="acme", most=10)  # type: ignore[arg-type]
 
     @pytest.mark.parametrize("query", ["what is the", "", "   ", "?!", "and or not near"])
     def test_search_text_with_no_search_terms_returns_nothing(self, store: Store, embedder: Any, query: str) -> None:

@@ -20,7 +20,7 @@ from ..stores.fulltext import codes
 from ..pipeline.call import SectionCandidate, public_error
 from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
 from . import Skipped
-from .context_helpers import guarded
+from .context_helpers import guarded, long_text_read
 
 
 def rrf(rankings: list[list[Hit]], k: int, weights: list[float] | None = None) -> dict[str, float]:
@@ -56,16 +56,18 @@ class DocumentsSource:
         return self._search(query, tools, found)
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Start embedding the document query and, meanwhile, search the sections by words (in the
-        background where the store reads concurrently, else at once); then, where the store reads
+        """Search the sections by words (in the background where the store reads concurrently, else at
+        once; not at ``fast`` depth), with the document query embedded meanwhile where that search is long;
+        then, where the store reads
         concurrently, start the vector search in the background, so that it runs while the record's own
         sources recall. :meth:`_search` takes them."""
         if query.mode == "fetch" or not query.message:
             return {}
         text, limit = self._query_and_limit(query)
-        tools.embed_ahead(text)
         out: dict[str, Future[Any]] = {}
-        if query.depth != "fast":
+        if query.depth != "fast":  # (fast: no full-text search to run meanwhile)
+            if long_text_read(query, tools, "section", None):
+                tools.embed_ahead(text)
             words = tools.while_embedding(self._text_search, tools.store, query.org, text, limit)
             if words is not None:
                 out["documents.text"] = words

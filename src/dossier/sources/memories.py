@@ -19,22 +19,24 @@ from ..schema import MemoryItem, SourceName
 from ..providers.embeddings import Embedder
 from ..stores.base import Hit, Store
 from . import Skipped
-from .context_helpers import guarded
+from .context_helpers import guarded, long_text_read
 
 
 class MemoriesSource:
     name: SourceName = "memories"
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Start embedding the memory query, and meanwhile search the record's memories by words (it needs
-        no vector; on a record of many memories it is the longest read of the call). The search is asked
+        """Search the record's memories by words (it needs no vector), with the memory query embedded
+        meanwhile where that search is long (on a record of many memories it is the longest read of the
+        call). The search is asked
         with the pool the ranker takes; :meth:`_semantic` takes it only when it asks the same (the
         heuristic's pool depends on the recent tier: it then searches again)."""
         if query.tombstone or not query.record_ids or not query.message or not self._semantic_enabled(query):
             return {}
         settings = query.settings
         text = query.memory_query or query.message
-        tools.embed_ahead(text)
+        if long_text_read(query, tools, "memory", list(query.record_ids)):
+            tools.embed_ahead(text)
         pool = max(settings.semantic_memories + settings.recent_memories, settings.memory_candidates)
         started = tools.while_embedding(tools.store.search_text, "memory", text, org=query.org,
                                         parents=list(query.record_ids), limit=pool)  # fmt: skip

@@ -18,12 +18,7 @@ class PropertiesSource:
     name: SourceName = "properties"
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Start embedding the question when this source will rank by it (the other sources' reads that
-        need no vector run meanwhile); its own reads are quick, or depend on each other."""
-        if query.message and not query.tombstone and (
-            query.record.properties if query.record is not None else not query.record_named
-        ):
-            tools.embed_ahead(query.message)
+        """Nothing to start ahead: this source's reads are quick, or depend on each other."""
         return {}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:

@@ -134,6 +134,14 @@ def require_org(org: str | None, operation: str) -> str:
     return org
 
 
+def text_scope_asked(kind: str, org: str | None, most: int, parents: Sequence[str] | None) -> bool:
+    """Check a ``text_scope_rows`` call (the org, the kind); False when its count is 0 without a read."""
+    require_org(org, "text_scope_rows")
+    if kind not in ("section", "memory"):
+        raise ValueError(f"no full-text search over {kind!r}")
+    return most > 0 and (parents is None or bool(parents))
+
+
 @runtime_checkable
 class StoreReader(Protocol):
     """Reads by id, by identifier and by relation, all scoped to one org: what resolving a record, recalling
@@ -206,6 +214,10 @@ class StoreSearcher(Protocol):
         self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
     ) -> list[Hit]:
         """Full-text search; ``query`` is plain words (the store builds its own query syntax)."""
+
+    def text_scope_rows(self, kind: TextKind, *, org: str, most: int, parents: Sequence[str] | None = None) -> int:
+        """How many rows a full-text search of ``kind`` in this scope (the org's, or ``parents``') covers,
+        counted up to ``most``: what the search will cost, known before it runs."""
 
     def search_vectors(
         self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None

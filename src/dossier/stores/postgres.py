@@ -47,7 +47,8 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, normalize
-from .base import VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, walk_edges
+from .base import (VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, text_scope_asked,
+                   walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, partition_ddl, text_partition_ddl
@@ -516,6 +517,15 @@ class PostgresStore:
             return []
         rows = self._text.search(kind, found, org=org, limit=int(limit), parents=parents)
         return [Hit(id=r[0], parent=r[1], score=float(r[2])) for r in rows]
+
+    def text_scope_rows(self, kind: TextKind, *, org: str, most: int, parents: Sequence[str] | None = None) -> int:
+        if not text_scope_asked(kind, org, most, parents):
+            return 0
+        table, column = ("memories", "record") if kind == "memory" else ("sections", "document")
+        within = "" if parents is None else f" AND {column} = ANY(%b)"
+        params: list[Any] = [org, *([] if parents is None else [list(parents)]), int(most)]
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE org = %b{within} LIMIT %b) s"
+        return int(self._query(org, sql, params)[0][0])
 
     def search_vectors(
         self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
-from .base import EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, walk_edges
+from .base import (EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, text_scope_asked,
+                   walk_edges)
 from .fulltext import fts5_query, terms
 from .sqlite_connect import connect
 from .sqlite_fulltext import PrunedText
@@ -461,6 +462,15 @@ class SQLiteStore:
                 return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit, parents=parents)
             finally:
                 self._searching = None
+
+    def text_scope_rows(self, kind: TextKind, *, org: str, most: int, parents: Sequence[str] | None = None) -> int:
+        if not text_scope_asked(kind, org, most, parents):
+            return 0
+        with self._lock:  # counted once while the table's index is unchanged (PrunedText.scope_rows)
+            if parents is None:
+                return self._text.scope_rows(kind, most, org=org, slots=None)
+            slots = self._slots(kind, org, parents)
+            return self._text.scope_rows(kind, most, org=org, slots=slots) if slots else 0
 
     def _text_number(self, org: str) -> int | None:
         """The org's number in ``text_tables`` (its own full-text tables' suffix), None while its rows share

@@ -119,7 +119,7 @@ class SQLiteVectors:
         out: list[Found | None] = []
         for query, found in zip(queries, hits):
             if not found:
-                out.append(found)
+                out.append(None if found is None else [])
                 continue
             sims = similarities(vectors[[at[h[0]] for h in found]], query)
             order = sorted(range(len(found)), key=lambda i: (-float(sims[i]), found[i][1]))[:limit]
