@@ -213,7 +213,8 @@ class Engine:
             return None
         return self._pool().submit(fn, *args, **kwargs)
 
-    def while_embedding(self, fn: Callable[..., Any], *, concurrent: bool, args: tuple = (), kwargs: dict | None = None) -> Future:
+    def while_embedding(self, fn: Callable[..., Any], *, concurrent: bool, args: tuple = (),
+                        kwargs: dict | None = None) -> Future:  # fmt: skip
         """Run a store read that needs no vector while the call's query embedding runs (started ahead by
         :meth:`embed_ahead` on a background thread): in the background too on a store with concurrent reads
         (``concurrent``: PostgreSQL), else at once on this thread (SQLite: one connection under a lock, so

@@ -46,8 +46,8 @@ def source_tools(call: Call) -> SourceTools:
     steps = call.steps
     return SourceTools(store=steps.store, embed_query=steps.embed_query, query_vector=call.query_vector,
                        embedder=steps.embedder, fuse=steps.fuse, background=steps.background,
-                       embed_ahead=steps.embed_ahead,
-                       while_embedding=steps.while_embedding, prefetched=MappingProxyType(call.prefetched))  # fmt: skip
+                       embed_ahead=steps.embed_ahead, while_embedding=steps.while_embedding,
+                       prefetched=MappingProxyType(call.prefetched))  # fmt: skip
 
 
 def _prefetch(call: Call, query: SourceQuery, tools: SourceTools) -> None:

@@ -108,8 +108,9 @@ class Steps:
     ``embedder`` and ``service_store`` are opened on first use (a call that embeds nothing loads no model;
     one that opens no session opens no service tables). ``background`` starts a store read on another
     thread (None when the store serves one read at a time); ``embed_ahead`` starts a query embedding on
-    one (and one core), and ``while_embedding`` runs a read that needs no vector meanwhile (``Engine.while_embedding``);
-    ``defer`` and ``keep_late`` hand a synthesis over to the engine's background results.
+    one (and one core), and ``while_embedding`` runs a read that needs no vector meanwhile
+    (``Engine.while_embedding``); ``defer`` and ``keep_late`` hand a synthesis over to the engine's
+    background results.
     """
 
     store: Store

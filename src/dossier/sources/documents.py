@@ -58,9 +58,8 @@ class DocumentsSource:
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
         """Search the sections by words (in the background where the store reads concurrently, else at
         once; not at ``fast`` depth), with the document query embedded meanwhile where that search is long;
-        then, where the store reads
-        concurrently, start the vector search in the background, so that it runs while the record's own
-        sources recall. :meth:`_search` takes them."""
+        then, where the store reads concurrently, start the vector search in the background, so that it runs
+        while the record's own sources recall. :meth:`_search` takes them."""
         if query.mode == "fetch" or not query.message:
             return {}
         text, limit = self._query_and_limit(query)
