@@ -18,7 +18,8 @@ embedding alone, same run), ``brief_cpu_p50_ms`` (the CPU time the process spent
 the model's idle threads included), ``cold_first_call_ms`` (a new process opens the store and makes one call:
 the store's files are mapped, the model loaded and the call answered), the time spent per step (the
 question's embedding, made ahead on another thread, overlaps the full-text searches: the steps add up to
-more than the call), the recall@10 of the record's vector search against exact search, and the load average before and after.
+more than the call), the recall@10 of the record's vector search against exact search, and the load
+average before and after.
 
 (a) The sample org (examples/sample-org.json), caller ``ana`` of ``northwind``, records such as
 jane@acme.com, raj@acme.com and https://www.acme.com, questions from the labelled evaluation set and
