@@ -166,8 +166,7 @@ class Engine:
             sources=self.sources, selector=self.selector, filter_inferrer=self.filter_inferrer,
             augmenter=self.augmenter, llm=self.llm, reranker=self.reranker, background=self.background,
             embed_ahead=lambda text: self.embed_ahead(text, scope=scope),
-            while_embedding=lambda fn, *args, **kwargs: self.while_embedding(
-                fn, concurrent=bool(getattr(self.store, "concurrent_reads", False)), args=args, kwargs=kwargs),
+            while_embedding=self.while_embedding,
             service_store=lambda: self.service_store, defer=self.defer, keep_late=self.keep_late,
         )  # fmt: skip
 
@@ -213,18 +212,15 @@ class Engine:
             return None
         return self._pool().submit(fn, *args, **kwargs)
 
-    def while_embedding(self, fn: Callable[..., Any], *, concurrent: bool, args: tuple = (),
-                        kwargs: dict | None = None) -> Future:  # fmt: skip
-        """Run a store read that needs no vector while the call's query embedding runs (started ahead by
-        :meth:`embed_ahead` on a background thread): in the background too on a store with concurrent reads
-        (``concurrent``: PostgreSQL), else at once on this thread (SQLite: one connection under a lock, so
-        the reads stay on the call's thread and the model, which holds neither that lock nor Python's, runs
-        on the other core meanwhile). Its result, or its exception, is in the returned future."""
-        if concurrent:
-            return self._pool().submit(fn, *args, **(kwargs or {}))
+    def while_embedding(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+        """Run a store read that needs no vector now, on the call's thread, its result (or its exception)
+        in the returned future: a source runs its full-text search this way on a store that reads on the
+        call's thread (SQLite: one connection under a lock), while the question's embedding, started by
+        :meth:`embed_ahead`, runs on another thread and core (the model holds neither that lock nor
+        Python's)."""
         done: Future = Future()
         try:
-            done.set_result(fn(*args, **(kwargs or {})))
+            done.set_result(fn(*args, **kwargs))
         except Exception as exc:  # noqa: BLE001 - the source reads it back and reports it where it takes it
             done.set_exception(exc)
         return done

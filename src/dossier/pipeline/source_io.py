@@ -78,8 +78,8 @@ class SourceTools:
     other layers use); ``background`` starts a store read on another thread (None when the store serves
     one read at a time); ``embed_ahead`` starts embedding a query text on another thread and one core
     (where the reads to run meanwhile are long: :func:`~dossier.sources.context_helpers.long_text_read`),
-    and ``while_embedding`` runs a read that needs no vector meanwhile (in the background where the store
-    reads concurrently, else at once); ``prefetched`` holds the reads the sources' ``prefetch`` started."""
+    and ``while_embedding`` runs a read that needs no vector meanwhile, at once on the call's thread (a
+    store that reads there, SQLite); ``prefetched`` holds the reads the sources' ``prefetch`` started."""
 
     store: Store
     embed_query: Callable[[str], np.ndarray]

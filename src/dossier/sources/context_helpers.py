@@ -20,15 +20,12 @@ LONG_TEXT_SCOPE = 5_000
 
 
 def long_text_read(query: SourceQuery, tools: SourceTools, kind: TextKind, parents: Sequence[str] | None) -> bool:
-    """Whether to embed the question ahead, on one core, while this source's full-text search runs
-    (``tools.embed_ahead``): on a store whose reads run elsewhere (PostgreSQL's server, which the other core
-    is left to), always; on one that reads on the call's thread (SQLite), when the search covers at least
-    :data:`LONG_TEXT_SCOPE` rows (counted once per index state): a shorter one ends long before the model,
-    which is then faster on every core after it. A failed count counts as short: the search reports its
-    own failure."""
+    """Whether to embed the question ahead, on one core, while this source's full-text search runs on the
+    call's thread (``tools.embed_ahead``; the sources ask only on a store that reads there, SQLite): when
+    the search covers at least :data:`LONG_TEXT_SCOPE` rows (counted once per index state). A shorter one
+    ends long before the model, which is then faster on every core after it. A failed count counts as
+    short: the search reports its own failure."""
     store = tools.store
-    if store.concurrent_reads:
-        return True
     try:
         return store.text_scope_rows(kind, org=query.org, most=LONG_TEXT_SCOPE, parents=parents) >= LONG_TEXT_SCOPE
     except Exception:  # noqa: BLE001

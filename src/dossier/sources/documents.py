@@ -56,15 +56,17 @@ class DocumentsSource:
         return self._search(query, tools, found)
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Search the sections by words (in the background where the store reads concurrently, else at
-        once; not at ``fast`` depth), with the document query embedded meanwhile where that search is long;
-        then, where the store reads concurrently, start the vector search in the background, so that it runs
-        while the record's own sources recall. :meth:`_search` takes them."""
+        """Start this call's section searches ahead of recall. Where the store reads concurrently
+        (PostgreSQL), the vector and full-text searches start in the background, so that they run on the
+        server while the record's own sources recall. Where it reads on the call's thread (SQLite), the
+        full-text search runs now, with the document query embedded beside it where that search is long
+        (``long_text_read``). :meth:`_search` takes them."""
         if query.mode == "fetch" or not query.message:
             return {}
         text, limit = self._query_and_limit(query)
         out: dict[str, Future[Any]] = {}
-        if query.depth != "fast":  # (fast: no full-text search to run meanwhile)
+        words_now = query.depth != "fast" and not tools.store.concurrent_reads
+        if words_now:
             if long_text_read(query, tools, "section", None):
                 tools.embed_ahead(text)
             words = tools.while_embedding(self._text_search, tools.store, query.org, text, limit)
@@ -75,6 +77,10 @@ class DocumentsSource:
             started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
             if started is not None:
                 out["documents.vector"] = started
+        if query.depth != "fast" and not words_now:
+            words = tools.background(self._text_search, tools.store, query.org, text, limit)
+            if words is not None:
+                out["documents.text"] = words
         return out
 
     @staticmethod

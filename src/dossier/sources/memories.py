@@ -26,11 +26,15 @@ class MemoriesSource:
     name: SourceName = "memories"
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Search the record's memories by words (it needs no vector), with the memory query embedded
-        meanwhile where that search is long (on a record of many memories it is the longest read of the
-        call). The search is asked with the pool the ranker takes; :meth:`_semantic` takes it only when it
-        asks the same (the heuristic's pool depends on the recent tier: it then searches again)."""
-        if query.tombstone or not query.record_ids or not query.message or not self._semantic_enabled(query):
+        """On a store that reads on the call's thread (SQLite), search the record's memories by words now
+        (it needs no vector), with the memory query embedded beside it where that search is long (on a
+        record of many memories it is the longest read of the call); elsewhere nothing (PostgreSQL searches
+        in recall, on the server). The search is asked with the pool the ranker takes; :meth:`_semantic`
+        takes it only when it asks the same (the heuristic's pool depends on the recent tier: it then
+        searches again)."""
+        if tools.store.concurrent_reads or query.tombstone or not query.record_ids or not query.message:
+            return {}
+        if not self._semantic_enabled(query):
             return {}
         settings = query.settings
         text = query.memory_query or query.message
