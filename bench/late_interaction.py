@@ -118,6 +118,14 @@ def policyqa(data: str | None) -> list[Group]:
     return [(sections[doc], questions) for doc, questions in sorted(asked.items())]
 
 
+def set_groups(name: str, data: str | None) -> list[Group] | None:
+    """The questions of the training-side set ``name`` with the sections each chooses among (None: no such
+    set); shared with bench/second_model.py."""
+    if name == "policyqa":
+        return policyqa(data)
+    return labelled(SETS[name]) if name in SETS else None
+
+
 def measure(name: str, groups: list[Group], tokens: Tokens) -> None:
     started = time.perf_counter()
     vectors = Words(tokens.model)
@@ -156,13 +164,11 @@ def main() -> int:
     args = parser.parse_args()
     tokens = Tokens()
     for name in args.sets.split(","):
-        if name == "policyqa":
-            measure(name, policyqa(args.data), tokens)
-        elif name in SETS:
-            measure(name, labelled(SETS[name]), tokens)
-        else:
+        groups = set_groups(name, args.data)
+        if groups is None:
             print(f"unknown set {name!r}", file=sys.stderr)
             return 2
+        measure(name, groups, tokens)
     return 0
 
 

