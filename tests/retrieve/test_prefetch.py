@@ -150,3 +150,58 @@ def test_a_failing_full_text_memory_search_started_ahead_is_reported_like_a_fore
     )  # fmt: skip
     assert "full-text memory search failed" in (response.sources["memories"].error or "")
     assert response.partial and response.items("memories")  # the vector search's memories stand
+
+
+def test_the_record_s_reads_that_need_no_vector_run_while_its_question_embeds_and_change_no_answer(
+    fresh_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite, where the record's full-text search is long (the question embedded beside it), the recent
+    memories and the rows of the search's hits are read before the memories' vector search waits for the
+    vector, and recall reads only the candidates still missing; the answers are the same."""
+    from dossier.sources import context_helpers
+
+    store = fresh_engine.store
+    log: list[tuple[str, int]] = []  # (the store method, ids asked: get_memories only)
+    for name in ("recent_memories", "get_memories", "search_vectors", "search_vectors_many"):
+        inner = getattr(store, name)
+
+        def watched(*args: Any, inner: Any = inner, name: str = name, **kwargs: Any) -> Any:
+            if name != "search_vectors" or args[0] == "memory":
+                log.append((name, len(args[0]) if name == "get_memories" else 0))
+            return inner(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, watched)
+
+    def first_reads() -> list[str]:
+        """The store methods of the first call's memory reads, up to its first memory vector search."""
+        names = [name for name, _ in log]
+        return names[: min(names.index(n) for n in ("search_vectors", "search_vectors_many") if n in names)]
+
+    short = _answers(fresh_engine)
+    assert first_reads() == ["recent_memories"]  # recall reads the recent tier, then searches by the vector
+    read_short = sum(n for name, n in log if name == "get_memories")
+    monkeypatch.setattr(context_helpers, "LONG_TEXT_SCOPE", 1)  # every record's search now counts as long
+    log.clear()
+    assert _answers(fresh_engine) == short
+    if store.concurrent_reads:  # PostgreSQL searches the record's memories in recall, as before
+        assert first_reads() == ["recent_memories"]
+    else:
+        assert first_reads() == ["recent_memories", "get_memories"]
+        # the rows read ahead are not read again: as many ids asked in all as before, in more reads
+        assert sum(n for name, n in log if name == "get_memories") == read_short
+
+
+def test_a_failing_read_of_the_recent_memories_made_while_the_question_embeds_is_reported_as_before(
+    fresh_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dossier.sources import context_helpers
+
+    request = {"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "What pricing did we discuss?"}
+    fresh_engine.store = FaultyStore(fresh_engine.store, {"recent_memories": lambda *a, **k: True})  # type: ignore[assignment]
+    before = fresh_engine.retrieve(request, org="northwind", caller="ana")
+    monkeypatch.setattr(context_helpers, "LONG_TEXT_SCOPE", 1)
+    ahead = fresh_engine.retrieve({**request, "message": "What pricing did we discuss with her?"}, org="northwind",
+                                  caller="ana")  # fmt: skip
+    for response in (before, ahead):
+        assert response.sources["memories"].status == "error" and "InjectedFault" in (response.sources["memories"].error or "")
+        assert response.partial and response.items("properties")  # the other sources stand

@@ -129,6 +129,51 @@ def test_queries_searched_together_answer_what_each_alone_answers(loaded: tuple[
         store.close()
 
 
+def test_only_hits_that_can_rescore_into_the_best_are_fetched_and_the_answers_are_the_same(
+    loaded: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parents' search asks the index for more rows than it returns; the stored vectors of those past the
+    limit by more than float32 rounding are not fetched, and no answer changes: the same hits in the same
+    order, their scores equal up to float32 rounding (a product over fewer rows may sum in another order)."""
+    from dossier.stores import sqlite_vectors
+
+    path, matrix = loaded
+    store = open_store(path, ann_min_rows=200)
+    fetched: list[int] = []
+    try:
+        index = store.ann.get("acme", "memory")
+        vectors_of = index.vectors
+        monkeypatch.setattr(index, "vectors", lambda labels: fetched.append(len(labels)) or vectors_of(labels))
+        queries = [matrix[row] + 0.05 * clustered(1, seed=row)[0] for row in range(0, 1000, 41)]
+
+        def answers() -> list:
+            return [store.search_vectors_many("memory", [q, matrix[999 - i]], org="acme", limit=10, parents=["p1"])
+                    for i, q in enumerate(queries)]  # fmt: skip
+
+        trimmed, fewer = answers(), list(fetched)
+        monkeypatch.setattr(sqlite_vectors, "_RESCORE_SLACK", float("inf"))
+        fetched.clear()
+        every = answers()
+        assert [[[h.id for h in hits] for hits in pair] for pair in every] == \
+            [[[h.id for h in hits] for hits in pair] for pair in trimmed]
+        scores = [h.score for pair in every for hits in pair for h in hits]
+        assert np.allclose(scores, [h.score for pair in trimmed for hits in pair for h in hits], rtol=0, atol=1e-6)
+        assert sum(fewer) < sum(fetched)
+    finally:
+        store.close()
+
+
+def test_a_hit_is_rescored_within_the_slack_of_the_last_wanted_and_every_hit_when_one_distance_is_unknown() -> None:
+    from dossier.stores.sqlite_vectors import _RESCORE_SLACK, _rescored
+
+    found = [(label, f"k{label}", "p") for label in range(6)]
+    distance = {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.3, 4: 0.3 + _RESCORE_SLACK / 2, 5: 0.3 + 2 * _RESCORE_SLACK}
+    assert _rescored(found, distance, 3) == found[:5]  # the tie and the one within rounding are kept
+    assert _rescored(found, distance, 6) == found
+    assert _rescored(found, {k: v for k, v in distance.items() if k != 5}, 3) == found  # found by a wider search
+    assert _rescored(None, distance, 3) is None and _rescored([], distance, 3) == []
+
+
 def test_a_write_through_another_connection_is_seen_without_a_rebuild(loaded: tuple[Path, np.ndarray]) -> None:
     path, matrix = loaded
     reader, writer = open_store(path), open_store(path)

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..bundle import Memory
 
+from ..pipeline import features
 from ..pipeline.features import MEMORY_FEATURES, MemoryEvidence, memory_features
 from ..pipeline.source_io import Found, MemoryLead, SourceQuery, SourceTools, recalled
 from ..providers import adapter as adapters
@@ -28,22 +29,37 @@ class MemoriesSource:
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
         """On a store that reads on the call's thread (SQLite), search the record's memories by words now
         (it needs no vector), with the memory query embedded beside it where that search is long (on a
-        record of many memories it is the longest read of the call); elsewhere nothing (PostgreSQL searches
-        in recall, on the server). The search is asked with the pool the ranker takes; :meth:`_semantic`
-        takes it only when it asks the same (the heuristic's pool depends on the recent tier: it then
+        record of many memories it is the longest read of the call), and then, while it still embeds, read
+        the recent tier and the rows of the search's hits; elsewhere nothing (PostgreSQL searches in recall,
+        on the server). The search is asked with the pool the ranker takes; :meth:`_semantic` takes it
+        (and the rows) only when it asks the same (the heuristic's pool depends on the recent tier: it then
         searches again)."""
         if tools.store.concurrent_reads or query.tombstone or not query.record_ids or not query.message:
             return {}
         if not self._semantic_enabled(query):
             return {}
-        settings = query.settings
+        settings, store, org, record_ids = query.settings, tools.store, query.org, list(query.record_ids)
         text = query.memory_query or query.message
-        if long_text_read(query, tools, "memory", list(query.record_ids)):
+        ahead = long_text_read(query, tools, "memory", record_ids)
+        if ahead:
             tools.embed_ahead(text)
         pool = max(settings.semantic_memories + settings.recent_memories, settings.memory_candidates)
-        started = tools.while_embedding(tools.store.search_text, "memory", text, org=query.org,
-                                        parents=list(query.record_ids), limit=pool)  # fmt: skip
-        return {} if started is None else {_words_key(text, pool): started}
+        hits = tools.while_embedding(store.search_text, "memory", text, org=org, parents=record_ids, limit=pool)
+        if hits is None:
+            return {}
+        out = {_words_key(text, pool): hits}
+        if not ahead:
+            return out
+        # the reads that come next and need no vector, while the question still embeds: the recent tier, and
+        # the rows of the search's hits (the ranker reads them), their words worked out for its features
+        recent = tools.while_embedding(store.recent_memories, record_ids, org=org, limit=settings.recent_memories)
+        if recent is not None:
+            out[_RECENT] = recent
+        if hits.done() and hits.exception() is None:
+            rows = tools.while_embedding(_read_memories, store, [h.id for h in hits.result()], org=org)
+            if rows is not None:
+                out[_rows_key(text, pool)] = rows
+        return out
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
         return recalled(lambda found: self._recall(query, tools, found), trace=query.trace)
@@ -55,7 +71,8 @@ class MemoriesSource:
         record_ids = list(query.record_ids)
         if not record_ids:
             raise Skipped("record not found" if query.record_named else "no record")
-        recent = tools.store.recent_memories(record_ids, org=query.org, limit=settings.recent_memories)
+        recent = tools.take(_RECENT, lambda: tools.store.recent_memories(record_ids, org=query.org,
+                                                                         limit=settings.recent_memories))  # fmt: skip
         tier1 = [MemoryItem(id=m.id, record_id=m.record, text=m.text, created_at=m.created_at, tier="recent") for m in recent]
         found.decide("memories", detail={"recent": len(tier1)})
         if not query.message:
@@ -129,8 +146,9 @@ class MemoriesSource:
             kept = {m.id: m for m in store.get_memories(chosen, org=org)}
         else:
             found.decide("memories", detail={"ranker": ranker.name, "adapter": "none" if adapted is None else "memories"})
+            read = tools.take(_rows_key(text, pool), list)  # the words' hits, read while the question embedded
             chosen, lead, kept = self._ranked(query, tools, found, ranker, text, hits, list(words or []),
-                                              hits if adapted is None else adapted, set(recent))  # fmt: skip
+                                              hits if adapted is None else adapted, set(recent), read)  # fmt: skip
         out = []
         for memory_id in chosen:
             m = kept.get(memory_id)
@@ -157,14 +175,15 @@ class MemoriesSource:
 
     @staticmethod
     def _ranked(query: SourceQuery, tools: SourceTools, found: Found, ranker, text: str, semantic: list, lexical: list,
-                adapted: list, recent: set[str]) -> tuple[list[str], list[str], dict]:  # fmt: skip
+                adapted: list, recent: set[str], read: list[Memory]) -> tuple[list[str], list[str], dict]:  # fmt: skip
         """The memory ranker over every vector, full-text and adapted-vector candidate, recent ones included:
         tier 2 is the best of the others, at most ``semantic_memories``, each at or above the model's
         probability floor; the lead is tier 2 together with the recent memories ranked among the first
-        ``semantic_memories`` above the floor, best first."""
+        ``semantic_memories`` above the floor, best first. ``read``: candidates already read (the rest are)."""
         settings = query.settings
         ids = list(dict.fromkeys([h.id for h in semantic] + [h.id for h in lexical] + [h.id for h in adapted]))
-        memories = {m.id: m for m in tools.store.get_memories(ids, org=query.org)}
+        memories = {m.id: m for m in read}
+        memories.update((m.id, m) for m in tools.store.get_memories([i for i in ids if i not in memories], org=query.org))
         evidence = memory_evidence(text, semantic, lexical, memories, adapted)
         probabilities = ranker.probabilities(memory_features(text, evidence))
         floor = ranker.threshold("floor", 0.05)
@@ -178,6 +197,23 @@ class MemoriesSource:
             if evidence[i].id not in kept and evidence[i].id not in recent:
                 found.note("memories", evidence[i].id, "recall", "dropped", "below_threshold", float(probabilities[i]))
         return chosen, lead, memories
+
+
+_RECENT = "memories.recent"  # the key of the record's recent memories read while the question embeds
+
+
+def _rows_key(text: str, pool: int) -> str:
+    """The key of the rows of a prefetched full-text search's hits (see :func:`_words_key`)."""
+    return f"memories.rows:{pool}:{text}"
+
+
+def _read_memories(store: Store, ids: list[str], *, org: str) -> list[Memory]:
+    """The memories ``ids`` of ``org``, with their words worked out for the ranker's features (kept by
+    :func:`dossier.pipeline.features.words`)."""
+    memories = store.get_memories(ids, org=org)
+    for m in memories:
+        features.words(m.text)
+    return memories
 
 
 def _words_key(text: str, pool: int) -> str:

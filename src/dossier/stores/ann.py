@@ -78,21 +78,22 @@ class AnnIndex:
 
     def nearest(self, query: np.ndarray, count: int) -> list[int]:
         """Labels of about the ``count`` rows nearest ``query``, nearest first (approximate)."""
-        return self._nearest(query, count, None)
+        return [label for _, label in self._nearest(query, count, None)]
 
-    def nearest_many(self, queries: list[np.ndarray], count: int) -> list[list[int]]:
-        """:meth:`nearest` of each query, the same labels: the graph is searched for all of them at once,
-        one thread per query up to the cores there are (two memory searches a call: 1.6 ms instead of 2.8)."""
+    def nearest_many(self, queries: list[np.ndarray], count: int) -> list[list[tuple[float, int]]]:
+        """(cosine distance, label) of about the ``count`` rows nearest each query, nearest first (ties by
+        label): the graph is searched for all of them at once, one thread per query up to the cores there
+        are (two memory searches a call: 1.6 ms instead of 2.8)."""
         if len(queries) < 2 or count <= 0:
-            return [self.nearest(q, count) for q in queries]
+            return [self._nearest(q, count, None) for q in queries]
         ask = min(int(self.base.size), count + min(len(self.replaced), count))
         if ask <= 0:
-            return [self.nearest(q, count) for q in queries]
+            return [self._nearest(q, count, None) for q in queries]
         batch = self.base.search(np.stack(queries), ask, threads=min(len(queries), os.cpu_count() or 1))
         return [self._nearest(q, count, batch[i]) for i, q in enumerate(queries)]
 
-    def _nearest(self, query: np.ndarray, count: int, first: Any) -> list[int]:
-        """:meth:`nearest`, its first search's ``matches`` already made (None: not yet)."""
+    def _nearest(self, query: np.ndarray, count: int, first: Any) -> list[tuple[float, int]]:
+        """(distance, label) of :meth:`nearest`, its first search's ``matches`` already made (None: not yet)."""
         if count <= 0:
             return []
         found: list[tuple[float, int]] = []
@@ -101,8 +102,11 @@ class AnnIndex:
         while ask > 0:
             matches = first if first is not None else self.base.search(query, ask, threads=1)
             first = None
-            kept = [(float(d), int(k)) for k, d in zip(matches.keys, matches.distances) if int(k) not in self.replaced]
-            if len(kept) >= count or ask >= size or len(matches.keys) < ask:
+            keys, distances = matches.keys.tolist(), matches.distances.tolist()
+            kept = list(zip(distances, keys))
+            if self.replaced:
+                kept = [(d, k) for d, k in kept if k not in self.replaced]
+            if len(kept) >= count or ask >= size or len(keys) < ask:
                 found = kept
                 break
             ask = min(size, ask * 2)
@@ -112,7 +116,7 @@ class AnnIndex:
             top = np.argsort(-sims)[:count]
             found.extend((1.0 - float(sims[i]), int(labels[i])) for i in top)
         found.sort()
-        return [label for _, label in found[:count]]
+        return found[:count]
 
     def vectors(self, labels: list[int]) -> np.ndarray:
         """The stored vectors of ``labels`` (each one this index holds), as rows."""

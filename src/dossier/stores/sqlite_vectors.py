@@ -10,7 +10,10 @@
   ANN index above.
 
 ANN answers are rescored exactly (the stored vectors against the question) and ordered by score then
-key, as exact answers are; which rows they hold is approximate (recall is measured in bench/).
+key, as exact answers are; which rows they hold is approximate (recall is measured in bench/). Only the
+hits that can rescore into the best ``limit`` are rescored: the first ``limit`` by the index's distance
+and any within float32 rounding of the last of them (``_RESCORE_SLACK``), not every row a parents'
+search asked for to have enough of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ _MAX_FETCH = 8192  # neighbours asked of the ANN index for a parents' search bef
 _MIN_SHARE = 16  # parents holding less than 1/16 of the org's rows are searched exactly
 _MAX_COUNTS = 1_000_000  # row counts kept per process (per parent: a few hundred bytes each)
 _MAX_LABELS = 300_000  # ANN labels whose key and parent are kept per process (about 200 bytes each)
+#: How far past the ``limit``-th hit (cosine distance) an ANN hit is still rescored. The index's distance
+#: and the stored vector's exact score agree to about 1e-6 (float32 sums in another order); a hit beyond
+#: this margin cannot rescore into the best ``limit``, so its vector is not fetched.
+_RESCORE_SLACK = 1e-4
 
 
 class SQLiteVectors:
@@ -109,10 +116,12 @@ class SQLiteVectors:
         index = self.ann.get(org, kind)
         size = len(index)
         fetch = min(size, limit if parents is None else max(2 * limit, math.ceil(2 * limit / share)))
-        first = index.nearest_many(queries, fetch)
+        scored = index.nearest_many(queries, fetch)
+        first = [[label for _, label in pairs] for pairs in scored]
         # the keys and parents of all of them in one read, and the vectors of every query's hits in one
         rows = self._rows_of(org, kind, list(dict.fromkeys(label for labels in first for label in labels)), index.seq)
         hits = [self._ann_hits(kind, org, index, q, labels, rows, fetch, limit, parents) for q, labels in zip(queries, first)]
+        hits = [_rescored(found, {label: d for d, label in pairs}, limit) for found, pairs in zip(hits, scored)]
         wanted = list(dict.fromkeys(h[0] for found in hits if found for h in found))
         at = {label: i for i, label in enumerate(wanted)}
         vectors = index.vectors(wanted)
@@ -265,3 +274,15 @@ def _block_size(block: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
 def _chunks(values: list, size: int = 500) -> Iterator[list]:
     for i in range(0, len(values), size):
         yield values[i : i + size]
+
+
+def _rescored(found: list[tuple[int, str, str]] | None, distance: dict[int, float],
+              limit: int) -> list[tuple[int, str, str]] | None:  # fmt: skip
+    """The hits among ``found`` (nearest first, as the ANN index ordered them) that rescoring can put in the
+    best ``limit``: the first ``limit`` and any other within ``_RESCORE_SLACK`` of the last of them by the
+    index's distance (the stored vectors' exact scores differ from it by float32 rounding alone). A hit
+    whose distance is not known (found by a later, wider search) keeps them all."""
+    if not found or len(found) <= limit or any(h[0] not in distance for h in found):
+        return found
+    edge = distance[found[limit - 1][0]] + _RESCORE_SLACK
+    return found[:limit] + [h for h in found[limit:] if distance[h[0]] <= edge]

@@ -1,0 +1,27 @@
+"""How every SQLite handle of a dossier file is opened (stores/sqlite_connect.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dossier.stores.sqlite import SQLiteStore
+from dossier.stores.sqlite_connect import CACHE_KIB, MMAP_BYTES, connect
+
+
+def test_a_file_is_read_through_a_memory_map_with_a_larger_page_cache_in_wal_mode(tmp_path: Path) -> None:
+    db = connect(str(tmp_path / "sub" / "s.db"))  # the folder is made
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA mmap_size").fetchone()[0] == MMAP_BYTES
+        assert db.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
+    finally:
+        db.close()
+
+
+def test_the_store_s_own_connection_is_opened_that_way(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        assert store._query("PRAGMA mmap_size", ())[0][0] == MMAP_BYTES
+        assert store._query("PRAGMA cache_size", ())[0][0] == -CACHE_KIB
+    finally:
+        store.close()
