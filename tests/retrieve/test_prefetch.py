@@ -205,3 +205,31 @@ def test_a_failing_read_of_the_recent_memories_made_while_the_question_embeds_is
     for response in (before, ahead):
         assert response.sources["memories"].status == "error" and "InjectedFault" in (response.sources["memories"].error or "")
         assert response.partial and response.items("properties")  # the other sources stand
+
+
+def test_on_sqlite_the_graph_walk_runs_before_the_first_search_that_waits_for_the_question_s_vector(
+    fresh_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk needs no vector: on a store that reads on the call's thread it is made in prefetch, where a
+    question embedded ahead is still running, and no source waits for the vector before recall."""
+    store = fresh_engine.store
+    log: list[str] = []
+    for name in ("edges_around", "search_vectors", "search_vectors_many"):
+        inner = getattr(store, name)
+
+        def watched(*args: Any, inner: Any = inner, name: str = name, **kwargs: Any) -> Any:
+            log.append(f"{name}:{threading.current_thread().name}")
+            return inner(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, watched)
+    response = fresh_engine.retrieve(
+        {"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "What discount rules apply to a three-year prepay?"},
+        org="northwind", caller="ana",
+    )  # fmt: skip
+    assert response.items("graph") and response.items("documents")
+    walk = next(i for i, entry in enumerate(log) if entry.startswith("edges_around"))
+    if store.concurrent_reads:  # PostgreSQL: the walk and the section vector search in the background
+        assert log[walk].split(":")[1].startswith("dossier-prefetch")
+    else:
+        assert log[walk].split(":")[1] == threading.current_thread().name
+        assert walk == 0  # before any vector search: the walk ran in prefetch

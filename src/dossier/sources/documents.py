@@ -60,7 +60,7 @@ class DocumentsSource:
         (PostgreSQL), the vector and full-text searches start in the background, so that they run on the
         server while the record's own sources recall. Where it reads on the call's thread (SQLite), the
         full-text search runs now, with the document query embedded beside it where that search is long
-        (``long_text_read``). :meth:`_search` takes them."""
+        (``long_text_read``), and the vector search waits for recall. :meth:`_search` takes them."""
         if query.mode == "fetch" or not query.message:
             return {}
         text, limit = self._query_and_limit(query)
@@ -72,7 +72,10 @@ class DocumentsSource:
             words = tools.while_embedding(self._text_search, tools.store, query.org, text, limit)
             if words is not None:
                 out["documents.text"] = words
-        if not self._may_inform(query):  # else the vector search waits for the memories source's lead
+        # the vector search in the background where the store reads concurrently (on SQLite it would wait
+        # for the question's vector here, before the reads of later sources that need none), unless it
+        # waits for the memories source's lead
+        if tools.store.concurrent_reads and not self._may_inform(query):
             vector = tools.embed_query(text)
             started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
             if started is not None:

@@ -15,10 +15,15 @@ class GraphSource:
     name: SourceName = "graph"
 
     def prefetch(self, query: SourceQuery, tools: SourceTools) -> dict[str, Future[Any]]:
-        """Start the walk in the background (when the store reads concurrently); :meth:`recall` takes it."""
+        """Start the walk in the background where the store reads concurrently; elsewhere (SQLite) walk now,
+        on the call's thread, while the question may still be embedding (the walk needs no vector).
+        :meth:`recall` takes it."""
         if query.tombstone or query.record is None:
             return {}
-        started = tools.background(self._walk, query, tools.store)
+        if tools.store.concurrent_reads:
+            started = tools.background(self._walk, query, tools.store)
+        else:
+            started = tools.while_embedding(self._walk, query, tools.store)
         return {} if started is None else {"graph.walk": started}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
