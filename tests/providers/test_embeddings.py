@@ -121,6 +121,16 @@ def test_query_vectors_do_not_depend_on_their_batch(embedder: OnnxMiniLM) -> Non
     assert np.array_equal(embedder.embed_batch(questions, kind="query"), alone)
 
 
+def test_a_text_stored_as_a_document_has_the_vector_it_gets_as_a_query(embedder: OnnxMiniLM) -> None:
+    """``symmetric``: a memory's stored vector (made in a load's batches, on one core each) may stand for its
+    query vector (the documents source reads it instead of embedding the memory again)."""
+    assert embedder.symmetric and not Embedder.symmetric  # an embedder says so; the default is to embed again
+    texts = [f"Jane asked about the {word} discount for a three-year prepay." * (1 + i % 3)
+             for i, word in enumerate(["annual", "education", "volume", "nonprofit", "partner", "renewal"] * 6)]
+    stored = embedder.embed_documents(texts)
+    assert all(np.array_equal(stored[i], embedder.embed_query(text)) for i, text in enumerate(texts))
+
+
 def test_a_question_embedded_beside_other_work_gets_the_same_vector_on_one_core() -> None:
     # the engine embeds a call's question ahead on one core while its reads that need no vector run, and the
     # vector lands in the cache every later call takes from: it must be the one every core gives, bit for bit

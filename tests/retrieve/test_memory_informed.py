@@ -35,8 +35,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
         yield engine.store
 
 
-def _tools(store: Store, embedded: list[str]) -> SourceTools:
-    model = HashEmbedder()
+class _Symmetric(HashEmbedder):
+    symmetric = True  # it ignores the kind: a stored vector is the text's query vector
+
+
+def _tools(store: Store, embedded: list[str], model: HashEmbedder | None = None) -> SourceTools:
+    model = model or HashEmbedder()
 
     def embed_query(text: str) -> np.ndarray:
         embedded.append(text)
@@ -85,6 +89,29 @@ def test_the_best_memory_steers_a_multi_part_questions_document_search(store: St
     assert steered.vector_rank == 1  # the vector search now puts what the memory says first
     before = next((c for c in plain.items if c.section_id == section_id), None)
     assert before is None or (before.vector_rank or 99) > 1
+
+
+def test_with_a_model_that_embeds_queries_and_documents_alike_the_memory_s_stored_vector_is_read_not_made(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (memory,) = store.get_memories(["mem-0001"], org="northwind")
+    lead = MemoryLead(id=memory.id, record_id=memory.record, text=memory.text)
+    embedded: list[str] = []
+    again = DocumentsSource().recall(_query(store, memory_lead=lead), _tools(store, embedded))
+    assert memory.text in embedded  # a model that may embed a query otherwise: the memory's text is embedded
+    read: list[list[str]] = []
+    stored_vectors = store.stored_vectors
+    monkeypatch.setattr(store, "stored_vectors", lambda kind, keys, **kw: read.append(list(keys)) or stored_vectors(kind, keys, **kw))
+    embedded.clear()
+    stored = DocumentsSource().recall(_query(store, memory_lead=lead), _tools(store, embedded, _Symmetric()))
+    assert read == [[memory.id]] and memory.text not in embedded  # the stored vector, no model run for it
+    assert _details(stored)["memory_informed"] == memory.id
+    assert [(c.section_id, c.score) for c in stored.items] == [(c.section_id, c.score) for c in again.items]
+    # a lead the store holds no vector for (never written, or deleted since): its text is embedded
+    embedded.clear()
+    unknown = replace(lead, id="mem-none")
+    DocumentsSource().recall(_query(store, memory_lead=unknown), _tools(store, embedded, _Symmetric()))
+    assert memory.text in embedded
 
 
 @pytest.mark.parametrize(

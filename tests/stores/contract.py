@@ -222,6 +222,7 @@ def _everything(store: Store, embedder: Any, org: str) -> dict[str, Any]:
                    for k in ("org", "caller", "record", "memory", "document", "edge")],
         "vector_hashes": [store.vector_hashes("property", ["r-jane/plan"], org=org),
                           store.vector_hashes("memory", ["m-jane-1"], org=org)],
+        "stored_vectors": {k: v.tolist() for k, v in store.stored_vectors("memory", ["m-jane-1", "m-zebra"], org=org).items()},
         "counts": store.counts(org=org),
     }  # fmt: skip
 

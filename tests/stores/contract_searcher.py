@@ -19,11 +19,24 @@ SEARCHER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
     "text_scope_rows": lambda s, org: s.text_scope_rows("memory", org=org, most=10),
     "search_vectors": lambda s, org: s.search_vectors("section", _VECTOR, org=org, limit=5),
     "search_vectors_many": lambda s, org: s.search_vectors_many("section", [_VECTOR, _VECTOR], org=org, limit=5),
+    "stored_vectors": lambda s, org: s.stored_vectors("memory", ["m-jane-1"], org=org),
 }
 
 class SearcherContract:
     """What every backend's searches do."""
 
+
+    def test_stored_vectors_are_the_vectors_written_of_that_kind_and_org_only(self, store: Store, embedder: Any) -> None:
+        items = write_world(store, embedder)
+        memory, other = items["memories"][0], items["memories"][3]
+        got = store.stored_vectors("memory", [memory.id, other.id, memory.id, "no-such-id"], org="acme")
+        assert sorted(got) == sorted({memory.id, other.id})
+        for m in (memory, other):  # the very vector the model made of the text, bit for bit
+            assert got[m.id].dtype == np.float32 and np.array_equal(got[m.id], _embed(embedder, [m.text])[0])
+        assert store.stored_vectors("section", [memory.id], org="acme") == {}  # a key of another kind
+        assert store.stored_vectors("memory", [], org="acme") == {}
+        store.write(WriteBatch(orgs=[Org(id="beta")]))
+        assert store.stored_vectors("memory", [memory.id], org="beta") == {}  # the same id in another org
 
     # -- full text -------------------------------------------------------------------------------------
     def test_search_text_finds_an_exact_code_as_a_phrase(self, store: Store, embedder: Any) -> None:

@@ -36,6 +36,9 @@ class Embedder(ABC):
     model_id: str
     dimensions: int
     batch_size: int = 16
+    #: True when a text's vector is the same whether embedded as a query or as a document (no prefix or
+    #: instruction per kind): a stored vector of a text may then stand for its query vector
+    symmetric: bool = False
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str], *, kind: InputKind = "document") -> np.ndarray:
@@ -157,6 +160,7 @@ class OnnxMiniLM(Embedder):
 
     model_id = MINILM
     dimensions = 384
+    symmetric = True  # one model run whatever the kind (a document's stored vector is its query vector, tested)
     max_tokens = 256  # the model's max_seq_length
 
     def __init__(self, *, threads: int | None = None) -> None:
@@ -231,6 +235,7 @@ class SentenceTransformerEmbedder(Embedder):
 
     model_id = MINILM
     dimensions = 384
+    symmetric = True
 
     def __init__(self) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

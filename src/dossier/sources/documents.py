@@ -140,11 +140,17 @@ class DocumentsSource:
         ``memory_informed_weight`` times that of the memory the memories source rated best, so that "what
         was the fine for, and who pays it?" searches for the rule on what the memory says the fine was
         for. None (search with the question alone) for a one-part question, without such a memory, at
-        ``fast`` depth, or with the weight 0."""
+        ``fast`` depth, or with the weight 0. With a model that embeds queries and documents alike
+        (``Embedder.symmetric``: the default one) the memory's vector is the one the store holds for it,
+        read rather than made again; otherwise, or where the store holds none, its text is embedded."""
         lead = query.memory_lead
         if lead is None or not DocumentsSource._may_inform(query):
             return None
-        mixed = vector + query.settings.memory_informed_weight * tools.embed_query(lead.text)
+        stored = None
+        if tools.embedder().symmetric:  # else the memory's query vector differs from its stored one
+            stored = tools.store.stored_vectors("memory", [lead.id], org=query.org).get(lead.id)
+        memory = stored if stored is not None else tools.embed_query(lead.text)
+        mixed = vector + query.settings.memory_informed_weight * memory
         norm = float(np.linalg.norm(mixed))
         return mixed / norm if norm > 0 else None
 

@@ -230,6 +230,10 @@ class StoreSearcher(Protocol):
         """:meth:`search_vectors` for each of ``vectors``, the same hits, in one pass where the store can
         (the memories source asks with the question's vector and its adapted one)."""
 
+    def stored_vectors(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, np.ndarray]:
+        """The stored vector (float32) of each of ``keys`` of ``kind`` that ``org`` holds; missing keys are
+        skipped. The documents source reads a memory's this way instead of embedding its text again."""
+
 
 @runtime_checkable
 class StoreWriter(Protocol):

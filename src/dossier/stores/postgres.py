@@ -381,6 +381,16 @@ class PostgresStore:
             )
         return out
 
+    def stored_vectors(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, np.ndarray]:
+        require_org(org, "stored_vectors")
+        out: dict[str, np.ndarray] = {}
+        for chunk in _chunks(list(dict.fromkeys(keys))):
+            rows = self._query(
+                org, "SELECT key, embedding FROM vectors WHERE org = %b AND kind = %b AND key = ANY(%b::text[])", [org, kind, chunk]
+            )
+            out.update((key, np.asarray(vector.to_numpy(), dtype=np.float32)) for key, vector in rows)  # pgvector's Vector
+        return out
+
     def put_settings(self, settings: dict, *, org: str) -> None:
         require_org(org, "put_settings")
         self._query(

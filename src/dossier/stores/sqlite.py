@@ -585,6 +585,16 @@ class SQLiteStore:
             raise StoreError(f"SQLite query failed: {exc}") from exc
         return [[Hit(id=k, parent=p, score=s) for k, p, s in rows] for rows in found]
 
+    def stored_vectors(self, kind: VectorKind, keys: Sequence[str], *, org: str) -> dict[str, np.ndarray]:
+        import numpy as np
+
+        require_org(org, "stored_vectors")
+        out: dict[str, np.ndarray] = {}
+        for chunk in _chunks(list(dict.fromkeys(keys))):
+            sql = f"SELECT key, embedding FROM vectors WHERE org = ? AND kind = ? AND key IN ({','.join('?' * len(chunk))})"
+            out.update((key, np.frombuffer(blob, dtype=np.float32).copy()) for key, blob in self._query(sql, [org, kind, *chunk]))
+        return out
+
     def recent_memories(self, record_ids: Sequence[str], *, org: str, limit: int) -> list[Memory]:
         require_org(org, "recent_memories")
         if not record_ids or limit <= 0:
