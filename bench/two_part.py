@@ -19,8 +19,10 @@ in the same run.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
+import tempfile
 import time
 
 import corpus
@@ -38,7 +40,7 @@ SECOND = ["and which discount rules apply?", "and what does the refund policy sa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=100_000)
-    parser.add_argument("--cache", default=str(dossier_bench_cache()))
+    parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "dossier-bench"))
     parser.add_argument("--calls", type=int, default=400, help="calls in all, half each way")
     args = parser.parse_args()
     path, _ = one_record_store(args)
@@ -74,13 +76,6 @@ def main() -> None:
         print(f"{label:38s} p50 {statistics.median(values):6.2f} ms  p95 {percentile(values, 0.95):6.2f} ms  "
               f"memory-informed {informed[stored]} of {len(values)} calls")  # fmt: skip
     print(f"query embedding alone                  p50 {statistics.median(alone):6.2f} ms")
-
-
-def dossier_bench_cache() -> str:
-    import tempfile
-    from pathlib import Path
-
-    return str(Path(tempfile.gettempdir()) / "dossier-bench")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ class SourceTools:
     one read at a time); ``embed_ahead`` starts embedding a query text on another thread and one core
     (where the reads to run meanwhile are long: :func:`~dossier.sources.context_helpers.long_text_read`),
     and ``while_embedding`` runs a read that needs no vector meanwhile, at once on the call's thread (a
-    store that reads there, SQLite); ``prefetched`` holds the reads the sources' ``prefetch`` started."""
+    store that reads there, SQLite); :meth:`ahead` picks between ``background`` and ``while_embedding``;
+    ``prefetched`` holds the reads the sources' ``prefetch`` started."""
 
     store: Store
     embed_query: Callable[[str], np.ndarray]
@@ -90,6 +91,12 @@ class SourceTools:
     embed_ahead: Callable[[str], None] = lambda text: None
     while_embedding: Callable[..., Future[Any] | None] = lambda *args, **kwargs: None
     prefetched: Mapping[str, Future[Any]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def ahead(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any] | None:
+        """Start a read that needs no vector ahead of recall: in the background where the store reads
+        concurrently (``background``), else now on the call's thread (``while_embedding``)."""
+        started = self.background(fn, *args, **kwargs)
+        return started if started is not None else self.while_embedding(fn, *args, **kwargs)
 
     def take(self, key: str, compute: Callable[[], Any]) -> Any:
         """The result of the read prefetched under ``key`` (its exception, if it failed), else ``compute()``."""

@@ -65,23 +65,19 @@ class DocumentsSource:
             return {}
         text, limit = self._query_and_limit(query)
         out: dict[str, Future[Any]] = {}
-        words_now = query.depth != "fast" and not tools.store.concurrent_reads
-        if words_now:
-            if long_text_read(query, tools, "section", None):
-                tools.embed_ahead(text)
-            words = tools.while_embedding(self._text_search, tools.store, query.org, text, limit)
-            if words is not None:
-                out["documents.text"] = words
+        concurrent = tools.store.concurrent_reads
         # the vector search in the background where the store reads concurrently (on SQLite it would wait
         # for the question's vector here, before the reads of later sources that need none), unless it
         # waits for the memories source's lead
-        if tools.store.concurrent_reads and not self._may_inform(query):
+        if concurrent and not self._may_inform(query):
             vector = tools.embed_query(text)
             started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
             if started is not None:
                 out["documents.vector"] = started
-        if query.depth != "fast" and not words_now:
-            words = tools.background(self._text_search, tools.store, query.org, text, limit)
+        if query.depth != "fast":
+            if not concurrent and long_text_read(query, tools, "section", None):
+                tools.embed_ahead(text)
+            words = tools.ahead(self._text_search, tools.store, query.org, text, limit)
             if words is not None:
                 out["documents.text"] = words
         return out

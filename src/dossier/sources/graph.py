@@ -20,10 +20,7 @@ class GraphSource:
         :meth:`recall` takes it."""
         if query.tombstone or query.record is None:
             return {}
-        if tools.store.concurrent_reads:
-            started = tools.background(self._walk, query, tools.store)
-        else:
-            started = tools.while_embedding(self._walk, query, tools.store)
+        started = tools.ahead(self._walk, query, tools.store)
         return {} if started is None else {"graph.walk": started}
 
     def recall(self, query: SourceQuery, tools: SourceTools) -> Found:
