@@ -15,6 +15,7 @@ from ..settings import HNSW_MIN_ROWS
 from .base import (EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, text_scope_asked,
                    walk_edges)
 from .fulltext import fts5_query, terms
+from .sqlite_cache import GenerationCache, document_chars, memory_chars
 from .sqlite_connect import connect
 from .sqlite_fulltext import PrunedText
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS, give_own_text_tables, needs_own_text_tables
@@ -74,6 +75,9 @@ class SQLiteStore:
         self._text_numbers: dict[str, int] = {}  # org -> its number in text_tables (committed, never changes)
         self._searching: tuple[str, int | None] | None = None  # (org, its number) during one full-text search
         self._text = PrunedText(self._query, self._text_number)  # full text over large scopes
+        # documents and memories kept while their org's generation stays (stores/sqlite_cache.py)
+        self._documents: GenerationCache[Document] = GenerationCache(self._generation, document_chars)
+        self._memories: GenerationCache[Memory] = GenerationCache(self._generation, memory_chars)
 
     @property
     def _vectors(self) -> SQLiteVectors:
@@ -99,6 +103,8 @@ class SQLiteStore:
         with self._lock:
             if self._vector_search is not None:
                 self._vector_search.close()
+            self._documents.clear()
+            self._memories.clear()
             self._db.close()
 
     def _migrate(self) -> None:
@@ -358,18 +364,34 @@ class SQLiteStore:
 
     def get_memories(self, ids: Sequence[str], *, org: str) -> list[Memory]:
         require_org(org, "get_memories")
+        with self._lock:  # the org's generation, then the memories not kept (stores/sqlite_cache.py)
+            if self._db.in_transaction:  # inside a write not yet committed: nothing kept from it
+                return _in_order(ids, self._read_memories(list(dict.fromkeys(ids)), org=org))
+            return self._memories.get(ids, org=org, read=lambda missing: self._read_memories(missing, org=org))
+
+    def _read_memories(self, ids: list[str], *, org: str) -> list[Memory]:
         out: list[Memory] = []
-        for chunk in _chunks(list(ids)):
+        for chunk in _chunks(ids):
             sql = f"SELECT org, id, record, text, created_at FROM memories WHERE org = ? AND id IN ({','.join('?' * len(chunk))})"
             out.extend(_memories(self._query(sql, [org, *chunk])))
-        return _in_order(ids, out)
+        return out
 
     def get_documents(self, ids: Sequence[str], *, org: str) -> list[Document]:
         require_org(org, "get_documents")
+        with self._lock:  # the org's generation, then the documents not kept (stores/sqlite_cache.py)
+            if self._db.in_transaction:  # inside a write not yet committed: nothing kept from it
+                return _in_order(ids, self._read_documents(list(dict.fromkeys(ids)), org=org))
+            return self._documents.get(ids, org=org, read=lambda missing: self._read_documents(missing, org=org))
+
+    def _generation(self, org: str) -> int | None:
+        rows = self._query("SELECT generation FROM orgs WHERE id = ?", [org])
+        return int(rows[0][0]) if rows else None
+
+    def _read_documents(self, ids: list[str], *, org: str) -> list[Document]:
         from ..bundle import Document, Section
 
         out: list[Document] = []
-        for chunk in _chunks(list(dict.fromkeys(ids))):
+        for chunk in _chunks(ids):
             marks = ",".join("?" * len(chunk))
             sections: dict[str, list[Section]] = {}
             for doc_id, sid, heading, text in self._query(
@@ -393,7 +415,7 @@ class SQLiteStore:
                         or (Section.model_construct(id=f"{row[1]}-empty", heading="", text=""),),
                     )
                 )  # fmt: skip
-        return _in_order(ids, out)
+        return out
 
     def find_documents(
         self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int
