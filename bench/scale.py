@@ -32,8 +32,10 @@ What it does, per level (memories; sections are a tenth of them, capped at 100,0
 3. Times ``brief`` calls (a contact's email, a question from corpus.question; query embedding
    included; each question distinct, so the query cache never hits): p50 and p95 over ``--calls``
    after ``--warmup`` calls that are not counted (the server's buffers and the store's caches fill),
-   with the time spent in the store's vector and full-text searches and in reading the candidates' documents.
-   Then a new process opens the store and answers one call: ``new_process_first_answer_s`` (imports,
+   with the time spent in the store's vector and full-text searches and in reading the candidates' documents,
+   and the CPU the timed calls cost per call: this process's (``engine_cpu_per_call_ms``: the engine and
+   its model) and, with a PostgreSQL server on this machine, the server's (``server_cpu_per_call_ms``, its
+   processes' times from /proc). Then a new process opens the store and answers one call: ``new_process_first_answer_s`` (imports,
    model, the SQLite store mapping its saved ANN index files) is what a restart costs.
 4. Measures recall@10 of the vector step (``search_vectors`` without parents, memories and sections)
    against exact search (numpy over every vector of that kind), over ``--queries`` questions. A hit
@@ -285,7 +287,8 @@ def open_store(kind: str, level: int, args: argparse.Namespace):  # type: ignore
         url = pg_database_url(args.pg_admin_url, f"scale_{level}")
     else:
         url = fresh_pg_database(args.pg_admin_url, f"scale_{level}")
-    return PostgresStore(url, index_build_memory="4GB")
+    tuned = {} if args.pg_ef_search is None else {"ef_search": args.pg_ef_search}
+    return PostgresStore(url, index_build_memory="4GB", **tuned)
 
 
 # -- measuring -----------------------------------------------------------------------------------------
@@ -318,6 +321,25 @@ class StepTimer:
             setattr(store, name, wrapped)
 
 
+def server_cpu_s() -> float:
+    """CPU seconds used so far by this machine's PostgreSQL processes (0 where there are none, or no /proc):
+    with a local server, what the bench's calls cost it."""
+    total = 0
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as comm:
+                if comm.read().strip() not in ("postgres", "postmaster"):
+                    continue
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended meanwhile
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def brief_latency(engine: Engine, emails: list[str], calls: int, warmup: int, seed: int = 5) -> dict[str, Any]:
     rng = random.Random(seed)
     questions: dict[str, None] = {}
@@ -326,7 +348,10 @@ def brief_latency(engine: Engine, emails: list[str], calls: int, warmup: int, se
     timer = StepTimer(engine.store)
     totals, steps = [], defaultdict(list)
     errors: dict[str, int] = defaultdict(int)
+    cpu: dict[str, float] = {}
     for n, question in enumerate(questions):
+        if n == warmup:  # CPU spent by the timed calls: this process's (engine, model) and the server's
+            cpu = {"engine": time.process_time(), "server": server_cpu_s()}
         timer.spent.clear()
         started = time.perf_counter()
         response = engine.retrieve(
@@ -343,6 +368,9 @@ def brief_latency(engine: Engine, emails: list[str], calls: int, warmup: int, se
                 steps[name].append(timer.spent.get(name, 0.0))
     out: dict[str, Any] = {"calls": len(totals), "p50_ms": round(statistics.median(totals), 2),
                            "p95_ms": round(percentile(totals, 0.95), 2), "errors": dict(errors)}  # fmt: skip
+    if cpu and totals:
+        out["engine_cpu_per_call_ms"] = round((time.process_time() - cpu["engine"]) * 1000 / len(totals), 2)
+        out["server_cpu_per_call_ms"] = round((server_cpu_s() - cpu["server"]) * 1000 / len(totals), 2)
     for name, values in steps.items():
         out[f"{name}_p50_ms"] = round(statistics.median(values), 2)
         out[f"{name}_p95_ms"] = round(percentile(values, 0.95), 2)
@@ -497,6 +525,8 @@ def main() -> None:
     parser.add_argument("--hnsw-min-rows", type=int, default=HNSW_MIN_ROWS,
                         help="SQLite: org-wide searches of a kind with this many vectors ask the ANN index (exact "
                              "below; default: the store's own line)")  # fmt: skip
+    parser.add_argument("--pg-ef-search", type=int, default=None,
+                        help="PostgreSQL: hnsw.ef_search of its searches (default: the store's own, 200)")
     parser.add_argument("--memory-pool", type=int, default=MEMORY_POOL, help="distinct memory texts")
     parser.add_argument("--titles", type=int, default=TITLES, help=f"document titles ({SECTIONS_PER_TITLE} distinct sections each)")
     parser.add_argument("--jitter", type=float, default=0.0,
