@@ -1,17 +1,20 @@
-"""Documents and memories read from the embedded store, kept per process while their org's generation stays.
+"""Documents and memories read from the embedded store, kept per process while their org's generation
+stays.
 
 Every brief call reads the documents of its section candidates again (the governance layer judges
 visibility on fresh rows): a few dozen documents with all their sections, rebuilt as models each time,
-about a tenth of a small org's call. The memories source reads its candidates (a hundred or two on a large
-record), many of them the same call after call. Any write to an org moves its generation (``orgs.generation``, in the
-write's own transaction, whichever process writes), so a document kept under the generation read at the
-start of a call is the row that call would read (the same holds for a memory). The generation is read *before* the documents: a write
-landing between the two reads is then seen as a newer generation by the next call, which drops what this
-one kept (read the other way round, an old row could be kept under the new generation).
+about a tenth of a small org's call. The memories source reads its candidates (a hundred or two on a
+large record), many of them the same call after call. Any write to an org moves its generation
+(``orgs.generation``, in the write's own transaction, whichever process writes), so an item kept under
+the generation read at the start of a read is the row that read would return. The generation is read
+*before* the items: a write landing between the two reads is then seen as a newer generation by the next
+read, which drops what this one kept (read the other way round, an old row could be kept under the new
+generation).
 
 Entries are keyed by (org, id): an item of one org is never returned for another's. Items are frozen
-models, so one call cannot change what another is handed. The bound is on the text kept (a document's
-sections, a memory's text), in characters, and on the number of items, least recently used items going first.
+models, so one call cannot change what another is handed. The bounds are on the text kept (a document's
+sections, a memory's text), in characters, and on the number of items, least recently used items going
+first.
 """
 
 from __future__ import annotations
@@ -56,15 +59,16 @@ class GenerationCache(Generic[Item]):
     def get(self, ids: Sequence[str], *, org: str, read: Callable[[list[str]], list[Item]]) -> list[Item]:
         """The items ``ids`` of ``org`` that exist (each once, in the order asked), those not kept read
         through ``read``."""
+        wanted = list(dict.fromkeys(ids))
         generation = self._generation(org)
         if generation is None:  # no org row: nothing to validate against, nothing kept
-            return read(list(dict.fromkeys(ids)))
+            read_now = {item.id: item for item in read(wanted)}
+            return [read_now[i] for i in wanted if i in read_now]
         if self._generations.get(org) != generation:
             self._drop(org)
             self._generations[org] = generation
         found: dict[str, Item] = {}
         missing = []
-        wanted = list(dict.fromkeys(ids))
         for item_id in wanted:
             kept = self._items.get((org, item_id))
             if kept is None:
