@@ -423,11 +423,10 @@ def _errors(app: FastAPI, service: Service) -> None:
 
     @app.exception_handler(DossierError)
     async def dossier_error(request: Request, exc: DossierError) -> JSONResponse:
-        response = _for(exc)
-        if response.status_code < 500:
-            field = exc.problems[0].kind if isinstance(exc, BundleError) and exc.problems else getattr(exc, "field", None)
-            await _refused(service, request, exc, response.status_code, field)
-        return response
+        who = request.scope.get(_PRINCIPAL)
+        if isinstance(who, Principal):  # the caller's errors (4xx) are audited, as over MCP
+            await run_in_threadpool(service.refused_error, who, exc, front_end="http", route=_route(request))
+        return _for(exc)
 
     @app.exception_handler(Exception)
     async def crash(_: Request, exc: Exception) -> JSONResponse:

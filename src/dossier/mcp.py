@@ -93,10 +93,15 @@ needed). Ratings are used to measure and tune retrieval."""
 def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str = "mcp") -> MCPServer:
     """An MCP server whose tools act for the principal that ``principal_of`` finds in each request."""
 
-    def act(ctx: Context, work: Callable[[Principal], Any]) -> Any:
+    def act(ctx: Context, tool: str, work: Callable[[Principal], Any]) -> Any:
         try:
-            return work(principal_of(ctx))
-        except DossierError as exc:
+            who = principal_of(ctx)
+        except DossierError as exc:  # no valid key: no org to file the refusal under
+            raise ToolError(clip(str(exc), MESSAGE_ECHO, quote=False)) from exc
+        try:
+            return work(who)
+        except DossierError as exc:  # audited as the HTTP API audits it (by its class and field name only)
+            service.refused_error(who, exc, front_end=front_end, route=f"tool {tool}")
             raise ToolError(clip(str(exc), MESSAGE_ECHO, quote=False)) from exc
 
     def retrieve_unified(
@@ -125,7 +130,7 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
         }  # fmt: skip
         request = {k: v.model_dump(exclude_none=True) if hasattr(v, "model_dump") else v
                    for k, v in given.items() if v is not None}  # fmt: skip
-        response = act(ctx, lambda p: service.retrieve(p, request, front_end=front_end))
+        response = act(ctx, "retrieve_unified", lambda p: service.retrieve(p, request, front_end=front_end))
         return response.model_dump_json()
 
     def remember(
@@ -133,7 +138,7 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
         record: RecordRef,
         text: Annotated[str, Field(min_length=1, max_length=20_000)],
     ) -> str:
-        memory = act(ctx, lambda p: service.remember(p, record, text))
+        memory = act(ctx, "remember", lambda p: service.remember(p, record, text))
         return json.dumps({"id": memory.id, "record_id": memory.record, "created_at": memory.created_at.isoformat()})
 
     def add_document(
@@ -147,7 +152,7 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
     ) -> str:
         given = {"markdown": markdown, "title": title, "id": id, "doc_type": doc_type, "tags": tags or [],
                  "visible_to_roles": visible_to_roles}  # fmt: skip
-        [document] = act(ctx, lambda p: service.add_documents(p, [_validate(NewDocument, given)]))
+        [document] = act(ctx, "add_document", lambda p: service.add_documents(p, [_validate(NewDocument, given)]))
         return json.dumps({"id": document.id, "title": document.title, "sections": [s.id for s in document.sections]})
 
     def feedback(
@@ -156,7 +161,7 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
         rating: Annotated[int, Field(ge=1, le=5)],
         comment: Annotated[str | None, Field(max_length=2000)] = None,
     ) -> str:
-        row = act(ctx, lambda p: service.feedback(p, FeedbackRequest(call_id=call_id, rating=rating, comment=comment)))
+        row = act(ctx, "feedback", lambda p: service.feedback(p, FeedbackRequest(call_id=call_id, rating=rating, comment=comment)))
         return json.dumps({"call_id": row.call_id, "rating": row.rating, "recorded": True})
 
     reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from .bundle import LABEL_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
-from .errors import Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError
+from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError
 from .identifiers import IdentifierKind, clip
 from .loading import LoadReport, document_from_markdown
 from .retrieve import parse_request
@@ -262,6 +262,27 @@ class Service:
             log.warning("a refused request could not be audited (%s)", type(exc).__name__)
             return False
         return True
+
+    def refused_error(self, principal: Principal, error: DossierError, *, front_end: str, route: str) -> None:
+        """Audit ``error`` as a refusal (:meth:`refused`) when it is the caller's (the HTTP API answers it
+        with a 4xx: another org's or an unknown item, a forbidden write, an invalid value); a fault of the
+        store or of a model provider is not a refusal, and an error the call already audited is not
+        audited again."""
+        if isinstance(error, Unauthorized):
+            status = 401
+        elif isinstance(error, Forbidden):
+            status = 403
+        elif isinstance(error, NotFound):
+            status = 404
+        elif isinstance(error, UsageError):
+            status = 422
+        else:
+            return
+        if isinstance(error, BundleError):
+            field = error.problems[0].kind if error.problems else None
+        else:
+            field = getattr(error, "field", None)
+        self.refused(principal, error, front_end=front_end, route=route, status=status, field=field)
 
     def ready(self) -> None:
         """Raise :class:`~dossier.errors.StoreError` (or the driver's error) unless the store can be read

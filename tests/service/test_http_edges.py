@@ -293,3 +293,26 @@ def test_an_mcp_call_with_invalid_arguments_is_audited_by_its_field_name(live: L
     [row] = refusals(live, 1)
     assert (row["error"], row["route"], row["invalid_field"]) == ("InvalidArguments", "tool remember", "?")
     assert "caller-secret" not in table_text(live.db, "audit")
+
+
+def test_an_mcp_call_the_service_refuses_is_audited_as_the_http_api_audits_it(http: httpx.Client, live: Live) -> None:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    secret = "f" * 32  # a call id nobody made: refused like another org's call, and never written down
+
+    async def run() -> Any:
+        async with create_mcp_http_client(headers=live.auth("ana")) as client:
+            async with Client(streamable_http_client(f"{live.url}/mcp", http_client=client)) as session:
+                return await session.call_tool("feedback", {"call_id": secret, "rating": 1})
+
+    result = asyncio.run(run())
+    assert result.is_error
+    [row] = refusals(live, 1)
+    assert row == {"error": "NotFound", "outcome": "error", "route": "tool feedback", "status": 404, "invalid_field": None}
+    response = http.post("/v1/feedback", json={"call_id": secret, "rating": 1}, headers=live.auth("ana"))
+    assert response.status_code == 404
+    [row] = refusals(live, 1)  # the same refusal over HTTP: the same row but for the route
+    assert row == {"error": "NotFound", "outcome": "error", "route": "POST /v1/feedback", "status": 404, "invalid_field": None}
+    assert secret not in table_text(live.db, "audit")
