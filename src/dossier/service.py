@@ -349,7 +349,7 @@ class Service:
     def _own_call(self, principal: Principal, call_id: str) -> AuditRow:
         row = self.store.get_audit(call_id)
         if row is None or row.org != principal.org:  # another org's call reads exactly like an unknown one
-            raise NotFound(f"no call {call_id!r}")
+            raise NotFound(f"no call {clip(call_id)}")
         return row
 
     def _ledger(self, org: str, call_id: str, kind: str, item: str, units: int, at: float) -> None:

@@ -233,6 +233,16 @@ def test_no_error_echoes_more_than_about_200_characters_of_the_input(
     assert len(text) < 2_000
 
 
+def test_an_unknown_call_id_is_quoted_shortened(http: httpx.Client, live: Live) -> None:
+    for call_id in ("a" * 3000, "b" * 120):
+        response = http.get(f"/v1/calls/{call_id}", headers=live.auth("ana"))
+        assert response.status_code == 404, response.text[:300]
+        message = error_of(response)["message"]
+        assert call_id[0] * 100 not in message and len(message) < 130, message
+    short = "0" * 32
+    assert error_of(http.get(f"/v1/calls/{short}", headers=live.auth("ana")))["message"] == f"no call {short!r}"
+
+
 # -- the MCP endpoint --------------------------------------------------------------------------------
 def test_get_and_delete_on_the_stateless_mcp_endpoint_are_405_at_once(http: httpx.Client, live: Live) -> None:
     headers = {**live.auth("ana"), "Accept": "text/event-stream"}
