@@ -322,7 +322,7 @@ function renderFunnel(trace, withheld) {
   show("funnel",
     el("h2", null, "Evidence funnel"),
     el("p", { class: "legend" }, el("span", { class: "swatch kept" }), "kept", el("span", { class: "swatch dropped" }),
-      "dropped", el("span", { class: "swatch withheld" }), "dropped, not visible to this caller (counted, never named)"),
+      "dropped", el("span", { class: "swatch withheld" }), "dropped, not named to this caller: not visible to it, or dropped before governance cleared it (counted only)"),
     el("table", null,
       el("thead", null, el("tr", null, ["layer", "kept", "dropped", "", "why", "per source"].map((h, i) =>
         el("th", { class: i === 1 || i === 2 ? "num" : null }, h)))),
