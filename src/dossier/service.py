@@ -405,6 +405,13 @@ class Service:
             self._scoped(principal, {"org": m.org}, "memories")
             out.append(Memory(id=m.id or f"mem-{uuid.uuid4().hex[:16]}", org=principal.org, record=m.record,
                               text=m.text, created_at=m.created_at or datetime.now(timezone.utc)))  # fmt: skip
+        # a record that is not in this org (unknown, or another org's: the same answer) is named by its field,
+        # before the write; the bundle check would name the memory by an id the caller may not have sent
+        known = {r.id for r in self.engine.store.get_records(list({m.record for m in out}), org=principal.org)}
+        for n, m in enumerate(out):
+            if m.record not in known:
+                field = "record" if len(out) == 1 else f"{n}.record"
+                raise InvalidRequest(f"{field}: no record {clip(m.record)} in this org", field=field)
         self.engine.load_bundle({"memories": [m.model_dump(mode="json") for m in out]})
         return out
 

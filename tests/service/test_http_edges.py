@@ -233,6 +233,22 @@ def test_no_error_echoes_more_than_about_200_characters_of_the_input(
     assert len(text) < 2_000
 
 
+def test_a_memory_for_a_record_not_in_the_org_names_the_field_and_writes_nothing(http: httpx.Client, live: Live) -> None:
+    before = live.service.engine.store.counts(org="northwind")["memories"]
+    answers = []
+    for record in ("rec-nobody", "b-jane"):  # unknown, and another org's record: the same answer
+        response = http.post("/v1/memories", json={"record": record, "text": "t"}, headers=live.auth("ana"))
+        assert response.status_code == 422, response.text
+        error = error_of(response)
+        assert error["field"] == "record" and error["message"] == f"record: no record {record!r} in this org", error
+        answers.append(error["message"].replace(record, "?"))
+    assert answers[0] == answers[1]
+    listed = [{"record": "rec-jane", "text": "fine"}, {"record": "rec-nobody", "text": "t"}]
+    response = http.post("/v1/memories", json=listed, headers=live.auth("ana"))
+    assert response.status_code == 422 and error_of(response)["field"] == "1.record", response.text
+    assert live.service.engine.store.counts(org="northwind")["memories"] == before  # the good one is not written either
+
+
 def test_an_unknown_call_id_is_quoted_shortened(http: httpx.Client, live: Live) -> None:
     for call_id in ("a" * 3000, "b" * 120):
         response = http.get(f"/v1/calls/{call_id}", headers=live.auth("ana"))
