@@ -9,7 +9,10 @@ from typing import Any, Iterator
 import pytest
 from typer.testing import CliRunner, Result
 
+import dossier
 from dossier import cli
+from dossier.errors import UsageError
+from dossier.layers.synthesize import NO_MODEL
 from dossier.stores.sqlite import SQLiteStore
 from tests.test_loading import HANDBOOK, bundle
 
@@ -21,7 +24,8 @@ def console_width(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A fixed, wide console: the output does not depend on the terminal the tests run in."""
     monkeypatch.setattr(cli.console, "_width", 500)
     monkeypatch.setattr(cli.err, "_width", 500)
-    monkeypatch.delenv("DOSSIER_DATABASE_URL", raising=False)
+    for name in ("DOSSIER_DATABASE_URL", "DOSSIER_LLM"):
+        monkeypatch.delenv(name, raising=False)
     yield
 
 
@@ -113,6 +117,7 @@ def test_a_missing_file_exits_2_with_one_line(tmp_path: Path, db: str) -> None:
     assert result.exit_code == 2
     [line] = result.stderr.splitlines()
     assert line.startswith("error:") and "missing.json" in line
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
     add = run("add-doc", tmp_path / "missing.md", "--org", "acme", "--db", db)
     assert add.exit_code == 2
     [line] = add.stderr.splitlines()
@@ -137,12 +142,80 @@ def test_add_doc_loads_markdown_with_its_options(tmp_path: Path, db: str) -> Non
     assert "embedded 0 text(s); inserted 0, updated 0" in run(*args).stdout
 
 
+def test_a_load_that_fails_into_a_new_store_leaves_no_store_behind(tmp_path: Path, db: str) -> None:
+    broken = bundle()
+    broken["memories"][0]["record"] = "r-ghost"
+    result = run("load", _write(tmp_path / "broken.json", broken), "--db", db)
+    assert result.exit_code == 2
+    assert list(tmp_path.iterdir()) == [tmp_path / "broken.json"], "a failed load left a new, empty store"
+    assert run("load", _write(tmp_path / "good.json", bundle()), "--db", db).exit_code == 0
+    assert run("load", tmp_path / "broken.json", "--db", db).exit_code == 2
+    assert _counts(db)["records"] == 2  # a store that was there before stays, untouched
+
+
+def test_add_doc_of_a_file_that_is_not_utf8_exits_2_with_one_line(tmp_path: Path, db: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    path = tmp_path / "bin.md"
+    path.write_bytes(b"# T\n\xff\xfe x")
+    result = run("add-doc", path, "--org", "acme", "--db", db)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line == f"error: {path} is not UTF-8 text (byte 4)"
+    with dossier.open(db) as engine, pytest.raises(UsageError, match="is not UTF-8 text"):
+        engine.add_markdown(path, org="acme")
+
+
+def test_add_doc_into_a_store_that_is_not_there_creates_none(tmp_path: Path, db: str) -> None:
+    path = tmp_path / "returns.md"
+    path.write_text(HANDBOOK)
+    result = run("add-doc", path, "--org", "acme", "--db", db)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: no store at ") and "cli.db" in line
+    assert list(tmp_path.iterdir()) == [path]
+
+
 def test_add_doc_into_an_unknown_org_exits_2(tmp_path: Path, db: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
     path = tmp_path / "returns.md"
     path.write_text(HANDBOOK)
     result = run("add-doc", path, "--org", "nowhere", "--db", db)
     assert result.exit_code == 2
     assert "returns-handbook" in result.stderr and "nowhere" in result.stderr
+
+
+@pytest.mark.parametrize("message", ["discounts?", None], ids=["no model", "no model nor message"])
+def test_result_of_a_deferred_call_refused_up_front_prints_the_refusal_and_exits_0(
+    tmp_path: Path, db: str, message: str | None
+) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    ask = ["retrieve", "--org", "acme", "--caller", "c-sales", "--email", "jane@acme.com", "--synthesize", "--deferred",
+           "--json", "--db", db, *(["-m", message] if message else [])]  # fmt: skip
+    called = run(*ask)
+    assert called.exit_code == 0, called.output
+    response = json.loads(called.stdout)
+    assert response["synthesis"] == {**response["synthesis"], "pending": False, "error": NO_MODEL}
+    fetched = run("result", response["call_id"], "--org", "acme", "--caller", "c-sales", "--db", db)
+    assert fetched.exit_code == 0, fetched.output
+    assert fetched.stdout.strip() == f"call {response['call_id']}: no answer ({NO_MODEL})"
+    as_json = run("result", response["call_id"], "--org", "acme", "--caller", "c-sales", "--json", "--db", db)
+    assert json.loads(as_json.stdout)["error"] == NO_MODEL
+
+
+def test_result_refuses_a_negative_wait_in_one_line(tmp_path: Path, db: str) -> None:
+    result = run("result", "c1", "--org", "acme", "--caller", "c-sales", "--wait", "-5", "--db", db)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: --wait -5:") and "negative" in line
+
+
+def test_usage_of_an_unknown_org_is_refused_as_keys_create_refuses_it(tmp_path: Path, db: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    usage = run("usage", "--org", "nope", "--db", db)
+    keys = run("keys", "create", "--org", "nope", "--caller", "c-sales", "--db", db)
+    assert usage.exit_code == keys.exit_code == 1 and usage.stdout == ""
+    assert usage.stderr == keys.stderr and "unknown org 'nope'" in usage.stderr
+    assert run("usage", "--org", "acme", "--db", db).exit_code == 0
 
 
 def test_a_bad_database_url_is_a_configuration_error() -> None:

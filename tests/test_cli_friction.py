@@ -86,8 +86,10 @@ def test_retrieve_help_states_the_default_mode_depth_and_budget() -> None:
 
 
 # -- a store that is not there ---------------------------------------------------------------------
-READS = [
+#: every command but load (which creates a store): a read, or a write into a store that a typo named
+NEED_A_STORE = [
     ["stats"],
+    ["add-doc", "policy.md", "--org", "northwind"],
     ["retrieve", "--org", "northwind", "--caller", "ana", "--email", "jane@acme.com", "-m", "discounts?"],
     ["result", "c1", "--org", "northwind", "--caller", "ana"],
     ["keys", "list"],
@@ -98,8 +100,8 @@ READS = [
 ]
 
 
-@pytest.mark.parametrize("args", READS, ids=lambda a: " ".join(a[:2]))
-def test_a_read_on_a_store_that_is_not_there_names_the_path_and_creates_nothing(
+@pytest.mark.parametrize("args", NEED_A_STORE, ids=lambda a: " ".join(a[:2]))
+def test_a_command_on_a_store_that_is_not_there_names_the_path_and_creates_nothing(
     args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -113,7 +115,7 @@ def test_a_read_on_a_store_that_is_not_there_names_the_path_and_creates_nothing(
     assert str(tmp_path / "dossier.db") in by_default.stderr and "from the default" in by_default.stderr
     from_env = run(*args, env={"DOSSIER_DATABASE_URL": f"sqlite:///{missing}"})
     assert from_env.exit_code == 2 and "from $DOSSIER_DATABASE_URL" in from_env.stderr
-    assert list(tmp_path.iterdir()) == [], "a read created files"
+    assert list(tmp_path.iterdir()) == [], "the command created files"
 
 
 def test_mcp_on_a_store_that_is_not_there_names_the_path(tmp_path: Path) -> None:

@@ -87,8 +87,9 @@ def _url(db: str | None) -> str:
 
 
 def _existing(db: str | None) -> str:
-    """The store URL of a command that reads: a SQLite file that is not there is an error naming the
-    path looked for (opening it would create an empty store and answer from nothing)."""
+    """The store URL of a command that needs a store (every one but ``load``, which creates it): a SQLite
+    file that is not there is an error naming the path looked for (opening it would create an empty store,
+    and a read would answer from nothing, a write land in a store that a typo named)."""
     url = _url(db)
     path = _sqlite_path(url)
     if path is not None and not path.exists():
@@ -203,8 +204,16 @@ def _print_report(report: LoadReport, *, where: str, to: Console = console) -> N
 @app.command()
 def load(file: Path = typer.Argument(..., help="A bundle (JSON)."), db: Optional[str] = DB_OPTION) -> None:
     """Load a JSON bundle; idempotent by id, all or nothing."""
-    with _errors(), dossier.open(_url(db)) as engine, _progress("embedding") as update:
-        report = engine.load_bundle(file, progress=update)
+    path = _sqlite_path(_url(db))
+    new = path is not None and not path.exists()
+    try:
+        with _errors(), dossier.open(_url(db)) as engine, _progress("embedding") as update:
+            report = engine.load_bundle(file, progress=update)
+    except typer.Exit:
+        if new:  # nothing of the bundle was stored (all or nothing): leave no empty store for a later command
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        raise
     _print_report(report, where=_url(db))
 
 
@@ -221,12 +230,13 @@ def add_doc(
 ) -> None:
     """Load a markdown document, split into sections at its headings."""
     split = lambda text: [t.strip() for t in text.split(",") if t.strip()]  # noqa: E731
-    with _errors(), dossier.open(_url(db)) as engine, _progress("embedding") as update:
+    url = _existing(db)  # a document needs its org, loaded first: a store that is not there is a typo
+    with _errors(url), dossier.open(url) as engine, _progress("embedding") as update:
         report = engine.add_markdown(
             file, org=org, title=title, doc_id=doc_id, doc_type=doc_type, tags=split(tags),
             visible_to_roles=None if roles is None else split(roles), progress=update,
         )  # fmt: skip
-    _print_report(report, where=_url(db))
+    _print_report(report, where=url)
 
 
 @app.command()
@@ -355,6 +365,9 @@ def result(
     """The synthesis of an earlier deferred call. Exit code 0: its answer (or the error that stopped it);
     3: still running; 1: no result, and the error says why (no such call in the org, another caller's
     call, a call that was not deferred, or one that failed)."""
+    if wait < 0:
+        with _errors():
+            raise UsageError(f"--wait {wait:g}: seconds to wait cannot be negative (0, the default, does not wait)")
     url = _existing(db)
     with _errors(url):
         synthesis = _find_result(url, call_id, org=org, caller=caller, wait=wait)
@@ -405,7 +418,8 @@ def _find_result(url: str, call_id: str, *, org: str, caller: str, wait: float) 
         raise NotFound(f"no result for call {call_id!r}: another caller of {org!r} made it, and its answer is theirs")
     import json
 
-    if not json.loads(row.shape or "{}").get("deferred"):
+    shape = json.loads(row.shape or "{}")
+    if not shape.get("deferred"):
         raise NotFound(f"call {call_id!r} was not deferred: its answer, if it asked for one, came back with the call, "
                        f"and nothing was stored to fetch later (retrieve --deferred stores it)")  # fmt: skip
     if row.outcome != "ok":
@@ -714,13 +728,15 @@ def usage(
 
     from rich.table import Table
 
-    with _errors():
+    url = _existing(db)
+    with _errors(url):
         start = None
         if since:
             try:
                 start = datetime.strptime(since, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
             except ValueError:
                 raise UsageError(f"--since {since!r} is not a date like 2025-01-31") from None
+        _known_org(url, org)
         with _service_store(db) as store:
             lines = store.usage(org=org, since=start, until=None)
     if as_json:
@@ -735,6 +751,19 @@ def usage(
     table.add_row("total", str(sum(u.calls for u in lines)), str(sum(u.charged for u in lines)),
                   str(sum(u.refunded for u in lines)), str(sum(u.net for u in lines)), style="bold")  # fmt: skip
     console.print(table)
+
+
+def _known_org(url: str, org: str) -> None:
+    """NotFound for an org the store does not hold (read without the engine), as 'keys create' says it."""
+    from .stores import store_from_url
+
+    store = store_from_url(url)
+    try:
+        known = getattr(store, "org_ids", None)  # an administrative read of both backends (stats uses it)
+        if known is not None and org not in known():
+            raise NotFound(f"unknown org {org!r}: load it first (dossier load)")
+    finally:
+        store.close()
 
 
 @app.command()

@@ -196,6 +196,8 @@ class Engine:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{path} is not UTF-8 text (byte {exc.start})") from exc
         document = document_from_markdown(
             text, org=org, title=title, doc_id=doc_id, doc_type=doc_type, tags=tags, visible_to_roles=visible_to_roles
         )

@@ -174,6 +174,20 @@ def test_a_deferred_failure_is_a_result_too(engine: dossier.Engine, scripted: Sc
     assert failed.answer is None and "HTTP 500" in (failed.error or "") and not failed.pending
 
 
+def test_a_deferred_synthesis_refused_before_it_starts_is_its_result(engine: dossier.Engine) -> None:
+    from dossier.layers.synthesize import NO_MESSAGE, NO_MODEL
+
+    response = ask(engine, synthesize=True, deferred=True, message=None)  # a model, but nothing to answer
+    assert response.synthesis is not None and response.synthesis.error == NO_MESSAGE and not response.synthesis.pending
+    kept = engine.result(response.call_id, org="northwind", caller="ana", wait=5.0)
+    assert (kept.answer, kept.error, kept.pending) == (None, NO_MESSAGE, False)
+    with pytest.raises(dossier.NotFound):  # the caller's own, as every result
+        engine.result(response.call_id, org="northwind", caller="ben")
+    engine.use_llm(None)
+    response = ask(engine, synthesize=True, deferred=True)
+    assert engine.result(response.call_id, org="northwind", caller="ana", wait=5.0).error == NO_MODEL
+
+
 def test_cli_deferred_synthesis_and_result(fresh_engine: dossier.Engine, scripted: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli.console, "_width", 500)
     monkeypatch.setenv("OPENAI_BASE_URL", scripted.base_url)

@@ -41,6 +41,7 @@ from .model_steps import TITLES
 
 LABELS: dict[SourceName, str] = {"properties": "P", "memories": "M", "documents": "D", "graph": "G", "external": "X"}
 NO_MODEL = "synthesis needs a chat model: set DOSSIER_LLM=openai:<model>"
+NO_MESSAGE = "synthesis needs a message: the question to answer"
 EMPTY_ANSWER = "The retrieved context is empty, so it does not answer this question."
 _CITATION = re.compile(r"\[([PMDGX]\d+)\]")
 
@@ -136,10 +137,10 @@ def synthesize(call: Call) -> None:
     call.decide("synthesize", ran=llm is not None, backend=getattr(llm, "name", None))
     if llm is None:
         call.decide("synthesize", fallback_reason="no_model")
-        call.synthesis = Synthesis(error=NO_MODEL)
+        _refuse(call, NO_MODEL)
         return
     if not call.message:
-        call.synthesis = Synthesis(error="synthesis needs a message: the question to answer")
+        _refuse(call, NO_MESSAGE)
         return
     job = SynthesisJob.of(call, llm)
     call.decide("synthesize", detail={"items": len(job.labels), "deferred": call.request.deferred})
@@ -154,6 +155,15 @@ def synthesize(call: Call) -> None:
         call.decide("synthesize", fallback_reason="synthesis_timeout" if job.timed_out else "synthesis_error")
     if call.synthesis.pending:
         call.decide("synthesize", detail={"continues_in_background": True})
+
+
+def _refuse(call: Call, error: str) -> None:
+    """A synthesis refused before it starts. A deferred call's refusal is kept as its answer would have
+    been, so that fetching the result by call id (``Engine.result``, ``dossier result``) returns it."""
+    call.synthesis = Synthesis(error=error)
+    if call.request.deferred:
+        refusal = call.synthesis.model_copy()
+        call.steps.defer(call.call_id, lambda: refusal, org=call.org, caller=call.caller.id)
 
 
 def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis:
