@@ -175,6 +175,19 @@ def test_add_doc_into_a_store_that_is_not_there_creates_none(tmp_path: Path, db:
     assert list(tmp_path.iterdir()) == [path]
 
 
+def test_add_doc_with_roles_that_name_no_role_is_refused(tmp_path: Path, db: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    path = tmp_path / "returns.md"
+    path.write_text(HANDBOOK)
+    before = SQLiteStore(db.removeprefix("sqlite:///")).counts(org="acme")["documents"]
+    for roles in ("", " , "):  # an empty list would hide the document from every caller
+        result = run("add-doc", path, "--org", "acme", "--roles", roles, "--db", db)
+        assert result.exit_code == 2
+        [line] = result.stderr.splitlines()
+        assert "--roles names no role" in line
+    assert SQLiteStore(db.removeprefix("sqlite:///")).counts(org="acme")["documents"] == before
+
+
 def test_add_doc_into_an_unknown_org_exits_2(tmp_path: Path, db: str) -> None:
     assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
     path = tmp_path / "returns.md"

@@ -231,6 +231,9 @@ def add_doc(
     """Load a markdown document, split into sections at its headings."""
     split = lambda text: [t.strip() for t in text.split(",") if t.strip()]  # noqa: E731
     url = _existing(db)  # a document needs its org, loaded first: a store that is not there is a typo
+    if roles is not None and not split(roles):  # an empty list would hide it from every caller
+        with _errors():
+            raise UsageError("--roles names no role: leave it out for the whole org, or list the roles that may see it")
     with _errors(url), dossier.open(url) as engine, _progress("embedding") as update:
         report = engine.add_markdown(
             file, org=org, title=title, doc_id=doc_id, doc_type=doc_type, tags=split(tags),

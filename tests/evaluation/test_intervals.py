@@ -64,6 +64,12 @@ def test_eval_against_an_earlier_report_shows_each_metrics_change(tmp_path: Path
     missed = sum(1 for v in per_question(report, "section_accuracy").values() if v == 0.0)
     assert compared["questions"] == 10 and compared["worse"] == missed and compared["better"] == 0
     assert compared["before"] == 1.0 and abs(compared["difference"] + missed / 10) < 1e-4
+    # a report of other questions: said so, not a table left out without a word
+    for q in earlier["per_question"]:
+        q["id"] = "other-" + q["id"]
+    (tmp_path / "other.json").write_text(json.dumps(earlier))
+    result = CliRunner().invoke(app, ["eval", str(path), "--against", str(tmp_path / "other.json")])
+    assert result.exit_code == 0 and "no question in common" in result.stdout, result.output
 
 
 def test_eval_against_a_file_that_is_no_report_is_refused_before_the_run(tmp_path: Path) -> None:
@@ -73,3 +79,14 @@ def test_eval_against_a_file_that_is_no_report_is_refused_before_the_run(tmp_pat
                        ("missing.json", "cannot read")):  # fmt: skip
         result = CliRunner().invoke(app, ["eval", str(DATASET), "--against", str(tmp_path / name)])
         assert result.exit_code == 2 and says in result.stderr, (name, result.output)
+
+
+def test_eval_of_a_dataset_without_questions_is_refused_in_one_line(tmp_path: Path) -> None:
+    empty = json.loads(DATASET.read_text())
+    empty["bundle"] = str(DATASET.parent / empty["bundle"])
+    empty["questions"] = []
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps(empty))
+    result = CliRunner().invoke(app, ["eval", str(path)])
+    assert result.exit_code == 2 and "has no questions" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -81,6 +81,8 @@ def load_dataset(path: str | Path) -> Dataset:
     else:
         raw_bundle = parsed.bundle
     ids = [q.id for q in parsed.questions]
+    if not ids:
+        raise UsageError(f"dataset {path}: it has no questions (a dataset is a bundle and questions about it)")
     if len(ids) != len(set(ids)):
         raise UsageError(f"dataset {path}: question ids repeat")
     return Dataset(parsed.name, read_bundle(raw_bundle), parsed.questions, raw_bundle)

@@ -46,6 +46,9 @@ def render_eval(console: Console, report: EvalReport) -> None:
         console.print(against)
         console.print("a bold difference is one whose interval leaves out 0; the others these questions cannot "
                       "tell from noise", highlight=False)
+    elif report.against_file:  # said, not left out: a report of another set shares no question with this one
+        console.print(f"against {report.against_file}: no question in common with this run (a report of another "
+                      f"set?): nothing to compare", highlight=False)  # fmt: skip
     leak_style = "green" if report.leakage == 0 else "bold red"
     console.print(
         f"leakage: [{leak_style}]{report.leakage}[/]   latency p50 {report.latency_ms['p50']:.1f} ms, "
