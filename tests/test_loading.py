@@ -266,6 +266,75 @@ def test_every_problem_is_reported_at_once(engine: dossier.Engine) -> None:
     assert sorted((p.kind, p.item_id) for p in caught.value.problems) == [("edge", "e-1"), ("memory", "m-1"), ("memory", "m-1")]
 
 
+def _document(doc_id: str, *section_ids: str) -> dict[str, Any]:
+    return {"id": doc_id, "org": "acme", "title": doc_id, "sections": [{"id": s, "text": f"Text of {s}."} for s in section_ids]}
+
+
+def test_a_section_id_repeated_in_a_document_is_one_problem_per_id(engine: dossier.Engine) -> None:
+    broken = _changed(lambda b: b["documents"].append(_document("d-rep", "s-1", "s-2", "s-1", "s-2", "s-1", "s-3")))
+    with pytest.raises(dossier.BundleError) as caught:
+        engine.load_bundle(broken)
+    assert [(p.item_id, p.message) for p in caught.value.problems] == [
+        ("d-rep", "section id 's-1' is used 3 times"), ("d-rep", "section id 's-2' is used twice"),
+    ]  # fmt: skip
+    clash = _changed(lambda b: b["documents"].append(_document("d-clash", "s-prepay")))
+    with pytest.raises(dossier.BundleError) as caught:
+        engine.load_bundle(clash)
+    assert [(p.item_id, p.message) for p in caught.value.problems] == [
+        ("d-clash", "section id 's-prepay' is also used by document 'd-disc'")
+    ]
+
+
+def test_a_section_id_a_stored_document_holds_is_refused_before_anything_is_written(engine: dossier.Engine) -> None:
+    engine.load_bundle(bundle())
+    before = engine.store.counts(org="acme")
+    new = {"documents": [_document("d-new", "s-new", "s-limits")], "records": [{"id": "r-new", "org": "acme", "kind": "contact"}]}
+    with pytest.raises(dossier.BundleError) as caught:
+        engine.load_bundle(new)
+    assert [(p.kind, p.item_id) for p in caught.value.problems] == [("document", "d-new")]
+    assert "'s-limits' is already used by another document in org 'acme'" in str(caught.value)
+    moved = bundle()
+    moved["documents"][0]["sections"].pop()  # s-prepay leaves d-disc for d-new in the same load
+    moved["documents"].append(_document("d-new", "s-prepay"))
+    with pytest.raises(dossier.BundleError, match="'s-prepay' is already used by document 'd-disc'"):
+        engine.load_bundle(moved)  # a section changes document in two loads: dropped from one, then added
+    assert engine.store.counts(org="acme") == before
+    edited = engine.load_bundle(_changed(lambda b: b["documents"][0]["sections"][0].update(text="Above 25% needs VP approval.")))
+    assert edited.updated == {"documents": 1} and edited.embedded == 1  # a document keeps its own section ids
+    assert engine.load_bundle(bundle("beta")).inserted["documents"] == 1  # the same section ids in another org
+
+
+MERGE_CYCLES = [
+    ([("r-self", "r-self")], "r-self", "merged_into refers to the record itself"),
+    ([("r-a", "r-b"), ("r-b", "r-a")], "r-a", "merged_into makes a cycle: 'r-a' -> 'r-b' -> 'r-a'"),
+    ([("r-x", "r-b"), ("r-b", "r-c"), ("r-c", "r-b")], "r-b", "merged_into makes a cycle: 'r-b' -> 'r-c' -> 'r-b'"),
+    ([("r-jane", "r-old")], "r-jane", "merged_into makes a cycle: 'r-jane' -> 'r-old' -> 'r-jane'"),  # r-old is stored
+]
+
+
+@pytest.mark.parametrize("merges, item_id, message", MERGE_CYCLES, ids=["self", "pair", "into-a-pair", "through-the-store"])
+def test_a_merge_cycle_is_one_problem_naming_its_records(
+    engine: dossier.Engine, merges: list[tuple[str, str]], item_id: str, message: str
+) -> None:
+    engine.load_bundle(bundle())
+    engine.load_bundle({"records": [{"id": "r-old", "org": "acme", "kind": "contact", "merged_into": "r-jane"}]})
+    before = engine.store.counts(org="acme")
+    records = [{"id": r, "org": "acme", "kind": "contact", "merged_into": into} for r, into in merges]
+    with pytest.raises(dossier.BundleError) as caught:
+        engine.load_bundle({"records": records})
+    assert [(p.kind, p.item_id, p.message) for p in caught.value.problems] == [("record", item_id, message)]
+    assert engine.store.counts(org="acme") == before
+
+
+def test_a_merge_turned_around_in_one_bundle_is_not_a_cycle(engine: dossier.Engine) -> None:
+    engine.load_bundle(bundle())
+    engine.load_bundle({"records": [{"id": "r-old", "org": "acme", "kind": "contact", "merged_into": "r-jane"}]})
+    swapped = [{"id": "r-old", "org": "acme", "kind": "contact"},
+               {"id": "r-jane", "org": "acme", "kind": "contact", "merged_into": "r-old"}]  # fmt: skip
+    assert engine.load_bundle({"records": swapped}).updated == {"records": 2}
+    assert engine.store.merged_from("r-old", org="acme") == ["r-jane"]
+
+
 @pytest.mark.parametrize("source", [{"records": "nope"}, ["not", "an", "object"]])
 def test_a_bundle_of_the_wrong_shape_is_a_bundle_error(engine: dossier.Engine, source: Any) -> None:
     with pytest.raises(dossier.BundleError):

@@ -139,6 +139,35 @@ def test_malformed_json_anywhere_in_a_file_is_a_bundle_error(engine: dossier.Eng
     assert engine.store.get_org(org="acme") is None
 
 
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b'{"orgs": [{"id": "acme"}], "records": [{"id": "r', "ends before the JSON does"),
+        (b'{"orgs": [{"id": "\xff\xfe"}]}', "invalid bytes in UTF8 string"),
+        (b'{"orgs": [{"id": acme}]}', "invalid char in json text"),
+    ],
+    ids=["truncated", "not-utf-8", "bad-token"],
+)
+def test_malformed_json_is_one_line_saying_what_is_wrong(
+    engine: dossier.Engine, tmp_path: Path, content: bytes, says: str
+) -> None:
+    path = tmp_path / "broken.json"
+    path.write_bytes(content)
+    with pytest.raises(BundleError) as caught:
+        engine.load_bundle(path)
+    [problem] = caught.value.problems
+    assert problem.message.startswith(f"{path} is not valid JSON: ")
+    assert says in problem.message
+    assert "\n" not in problem.message and "right here" not in problem.message and "b'" not in problem.message
+
+
+def test_a_bundle_file_may_start_with_a_byte_order_mark(engine: dossier.Engine, tmp_path: Path) -> None:
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(big_bundle(memories=10)).encode())
+    assert engine.load_bundle(path).inserted["memories"] == 10
+    assert len(loading.read_bundle(path).memories) == 10
+
+
 def test_keys_that_are_not_item_lists_are_skipped_and_reported(engine: dossier.Engine, tmp_path: Path) -> None:
     data = {"meta": {"exported": "2024-01-01", "nested": [{"a": [1, 2, {"b": None}]}]}, **big_bundle(memories=10),
             "extra_list": [{"id": "x"}] * 3}  # fmt: skip

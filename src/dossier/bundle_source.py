@@ -3,7 +3,8 @@
 one chunk of items at a time, so a bundle far larger than memory loads in bounded memory.
 
 A file is parsed incrementally (ijson): its top-level object's lists are read item by item, and the
-values of keys that are not item lists are skipped without being built.
+values of keys that are not item lists are skipped without being built. A leading UTF-8 byte order mark
+is skipped, as editors on Windows write one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Iterator, Mapping
 
 from .bundle import ITEM_MODELS, Bundle
 from .errors import BundleError, Problem, UsageError
+from .identifiers import clip
 
 #: one entry of a source: (top-level key, position in its list or None when the key holds no list, value)
 Entry = tuple[str, int | None, Any]
@@ -59,6 +61,8 @@ def _file_entries(path: Path) -> Iterator[Entry]:
 
     try:
         with path.open("rb") as f:
+            if f.read(len(_BOM)) != _BOM:
+                f.seek(0)
             events = ijson.basic_parse(f, use_float=True)
             first, _ = next(events, ("end", None))
             positions: dict[str, int] = {}
@@ -83,12 +87,27 @@ def _file_entries(path: Path) -> Iterator[Entry]:
                         yield key, position, _build(event, value, events)
                         position += 1
                     positions[key] = position
-    except ijson.JSONError as exc:
-        raise BundleError([Problem("bundle", None, f"{path} is not valid JSON: {exc}")]) from exc
-    except UnicodeDecodeError as exc:
-        raise BundleError([Problem("bundle", None, f"{path} is not valid JSON: {exc}")]) from exc
+    except (ijson.JSONError, UnicodeDecodeError) as exc:
+        raise BundleError([Problem("bundle", None, f"{path} is not valid JSON: {_parse_error(exc)}")]) from exc
     except OSError as exc:
         raise UsageError(f"cannot read bundle {path}: {exc.strerror or exc}") from exc
+
+
+_BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
+
+
+def _parse_error(exc: Exception) -> str:
+    """What a JSON parser said was wrong, in one line. yajl (ijson's C backend) appends two lines of
+    context with a caret and no offset, and gives bytes where the text is not UTF-8: only its first line
+    is kept. A position the parser does give (the pure-Python backend's "at 17", a decode error's byte)
+    stays in that line."""
+    detail = exc if isinstance(exc, UnicodeDecodeError) or not exc.args else exc.args[0]
+    if isinstance(detail, bytes):
+        detail = detail.decode("utf-8", "replace")
+    first = next((line.strip() for line in str(detail).splitlines() if line.strip()), type(exc).__name__)
+    if first == "parse error: premature EOF":
+        first = "the file ends before the JSON does (premature end of file)"
+    return clip(first.rstrip("."), 200, quote=False)
 
 
 def _build(event: str, value: Any, events: Iterator[tuple[str, Any]]) -> Any:

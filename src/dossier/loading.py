@@ -172,19 +172,22 @@ def _message(err: Any) -> str:
 
 def _read_json(path: str | Path) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a leading byte order mark is skipped
     except OSError as exc:
         raise UsageError(f"cannot read bundle {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise BundleError([Problem("bundle", None, f"{path} is not valid JSON: {exc}")]) from exc
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
+    except json.JSONDecodeError as exc:  # one line: what, then line, column and character
         raise BundleError([Problem("bundle", None, f"{path} is not valid JSON: {exc}")]) from exc
 
 
 # -- checking ------------------------------------------------------------------------------------------
 def check_references(bundle: Bundle, store: Store) -> list[Problem]:
-    """Duplicate ids and dangling references (memory on an unknown record, edge to an unknown
-    record, caller of an unknown org, ...), resolved against the bundle and the store, per org."""
+    """Duplicate ids, section ids another document holds, dangling references (memory on an unknown
+    record, edge to an unknown record, caller of an unknown org, ...) and merge cycles, resolved against
+    the bundle and the store, per org."""
     scan = _Scan(store, LoadReport())
     for list_name in ITEM_MODELS:
         for position, item in enumerate(getattr(bundle, list_name)):
@@ -195,7 +198,8 @@ def check_references(bundle: Bundle, store: Store) -> list[Problem]:
 class _Scan:
     """The first read of a load: every item validated, ids and references collected, each item's content
     hash compared with the store's (chunk by chunk), and the items to write remembered by position (one
-    bit each). What it keeps per item is its id (duplicates) and any reference it could not resolve yet."""
+    bit each). What it keeps per item is its id (duplicates), its section ids and merge target, and any
+    reference it could not resolve yet."""
 
     def __init__(self, store: Store, report: LoadReport) -> None:
         self.store, self.report = store, report
@@ -208,6 +212,7 @@ class _Scan:
         self.sections: dict[tuple[str, str], str] = {}  # (org, section id) -> document id
         self.section_problems: list[Problem] = []
         self.refs: list[tuple[str, str, str, str, str]] = []  # kind, item id, org, field, record id (unresolved)
+        self.merges: dict[str, dict[str, str]] = defaultdict(dict)  # org -> record id -> merged_into
         self.bundle_orgs: set[str] = set()
         self.item_orgs: dict[str, list[tuple[str, str]]] = {}  # org not in the store -> (kind, item id), in order
         self.stored_orgs: dict[str, bool] = {}
@@ -243,15 +248,24 @@ class _Scan:
             self._note_org(kind, item.id, org)
         if kind == "record" and item.merged_into:
             self._ref("record", item.id, org, "merged_into", item.merged_into)
+            self.merges[org][item.id] = item.merged_into
         elif kind == "memory":
             self._ref("memory", item.id, org, "record", item.record)
         elif kind == "document":
             if item.attached_record:
                 self._ref("document", item.id, org, "attached_record", item.attached_record)
+            uses: dict[str, int] = {}
             for s in item.sections:
-                owner = self.sections.setdefault((org, s.id), item.id)
-                if owner != item.id or sum(1 for x in item.sections if x.id == s.id) > 1:
-                    self.section_problems.append(Problem("document", _named(item.id), f"section id {clip(s.id)} is used twice"))
+                uses[s.id] = uses.get(s.id, 0) + 1
+            for section_id, n in uses.items():  # one problem per section id, however often it repeats
+                owner = self.sections.setdefault((org, section_id), item.id)
+                if n > 1:
+                    used = "used twice" if n == 2 else f"used {n} times"
+                elif owner != item.id:
+                    used = f"also used by document {clip(owner)}"
+                else:
+                    continue
+                self.section_problems.append(Problem("document", _named(item.id), f"section id {clip(section_id)} is {used}"))
         elif kind == "edge":
             self._ref("edge", item.id, org, "src", item.src)
             self._ref("edge", item.id, org, "dst", item.dst)
@@ -282,6 +296,7 @@ class _Scan:
             name = "memories" if list_name == "memories" else list_name
             stored = self.store.content_hashes(_SINGULAR[list_name], [i.id for _, i in group], org=org)
             bits = self.changed[list_name]
+            written: list[Any] = []
             for position, item in group:
                 digest = content_hash(item)
                 if item.id not in stored:
@@ -295,8 +310,30 @@ class _Scan:
                     bits.extend(bytes(position // 8 + 1 - len(bits) + len(bits) // 2))
                 bits[position // 8] |= 1 << (position % 8)
                 self.slots += len(_texts_of(list_name, item))
+                written.append(item)
+            if list_name == "documents":
+                self._check_stored_sections(org, written, stored)
+
+    def _check_stored_sections(self, org: str, documents: list[Document], stored: dict[str, str]) -> None:
+        """A section id is unique per org: one that a stored document other than its own holds would fail
+        the write. The store reads no section by id, but every stored section has a vector keyed by its id
+        (written in the same transaction), so the section vectors say which ids are taken."""
+        if not documents:
+            return
+        taken = set(self.store.vector_hashes("section", sorted({s.id for d in documents for s in d.sections}), org=org))
+        if not taken:
+            return
+        replaced = [d.id for d in documents if d.id in stored]  # updated in place: it keeps its own ids
+        holder = {s.id: d.id for d in self.store.get_documents(replaced, org=org) for s in d.sections} if replaced else {}
+        for document in documents:
+            for section_id in dict.fromkeys(s.id for s in document.sections):
+                if section_id in taken and holder.get(section_id) != document.id:
+                    other = f"document {clip(holder[section_id])}" if section_id in holder else "another document"
+                    message = f"section id {clip(section_id)} is already used by {other} in org {clip(org)}"
+                    self.section_problems.append(Problem("document", _named(document.id), message))
 
     def reference_problems(self) -> list[Problem]:
+        self.flush()  # the last chunk's stored section ids (a no-op after load_bundle's own flush)
         problems = list(self.duplicates) + list(self.section_problems)
         records_by_org: dict[str, set[str]] = defaultdict(set)
         for org, record_id in self.seen["records"]:
@@ -315,6 +352,44 @@ class _Scan:
             for org, items in self.item_orgs.items():
                 if org not in self.bundle_orgs:
                     problems.extend(Problem(kind, _named(i), f"unknown org {clip(org)}") for k, i in items if k == kind)
+        for org, merges in self.merges.items():
+            problems.extend(self._merge_cycles(org, merges))
+        return problems
+
+    def _merge_cycles(self, org: str, merges: dict[str, str]) -> list[Problem]:
+        """One problem per merge cycle the bundle would make (a record merged into itself, ``a`` into ``b``
+        into ``a``), following each chain through the store where it leaves the bundle, which the
+        bundle's records override. Resolution could never find the survivor of such a chain."""
+        into: dict[str, str | None] = dict(merges)
+        frontier = {t for t in merges.values() if t not in into and (org, t) not in self.seen["records"]}
+        while frontier:  # a hop at a time: stored records that the chains reach
+            found = self.store.get_records(sorted(frontier), org=org)
+            into.update(dict.fromkeys(frontier))
+            into.update((r.id, r.merged_into) for r in found)
+            frontier = {r.merged_into for r in found if r.merged_into and r.merged_into not in into
+                        and (org, r.merged_into) not in self.seen["records"]}  # fmt: skip
+        problems: list[Problem] = []
+        done: set[str] = set()  # records whose chain is walked already
+        for start in merges:
+            path: dict[str, None] = {}  # this walk, in order
+            node: str | None = start
+            while node is not None and node not in done and node not in path:
+                path[node] = None
+                node = into.get(node)
+            done.update(path)
+            if node is None or node not in path:
+                continue  # the chain ends, or joins one walked before
+            cycle = list(path)[list(path).index(node):]
+            named = [i for i, r in enumerate(cycle) if r in merges]
+            if not named:
+                continue  # a cycle among stored records only: older than this bundle, not of its making
+            cycle = cycle[named[0]:] + cycle[: named[0]]
+            if len(cycle) == 1:
+                message = "merged_into refers to the record itself"
+            else:
+                shown = " -> ".join(clip(r, 60) for r in cycle[:5]) + (" -> …" if len(cycle) > 5 else "")
+                message = f"merged_into makes a cycle: {shown} -> {clip(cycle[0], 60)}"
+            problems.append(Problem("record", _named(cycle[0]), message))
         return problems
 
 
