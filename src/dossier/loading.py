@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from .bundle import ITEM_MODELS, Bundle, Document, Identifiers, Section, content_hash, has_value, property_display
 from .bundle_source import BundleSource
-from .errors import BundleError, Problem, UsageError
+from .errors import BundleError, InvalidRequest, Problem, UsageError
 from .identifiers import clip
 from .providers.embeddings import Embedder
 from .stores.base import ItemKind, Store, VectorKind, VectorWrite, WriteBatch, property_key
@@ -636,7 +636,8 @@ def document_from_markdown(
         title = title or match.group(2)
         lines[first_line] = ""
     if not title:
-        raise UsageError("the document needs a title: pass --title or start the file with '# Title'")
+        raise InvalidRequest("the document needs a title: give one (--title, or the title field) or start the markdown "
+                             "with a lone '# Title' line", field="title")  # fmt: skip
     doc_id = doc_id or slug(title)
     chunks: list[tuple[str, list[str]]] = [("", [])]
     for line in lines:

@@ -249,6 +249,13 @@ def test_a_memory_for_a_record_not_in_the_org_names_the_field_and_writes_nothing
     assert live.service.engine.store.counts(org="northwind")["memories"] == before  # the good one is not written either
 
 
+def test_a_document_without_a_title_names_the_field(http: httpx.Client, live: Live) -> None:
+    response = http.post("/v1/documents", json={"markdown": "## Only a section\nText."}, headers=live.auth("admin"))
+    assert response.status_code == 422, response.text
+    error = error_of(response)
+    assert error["field"] == "title" and "the document needs a title" in error["message"], error
+
+
 def test_an_unknown_call_id_is_quoted_shortened(http: httpx.Client, live: Live) -> None:
     for call_id in ("a" * 3000, "b" * 120):
         response = http.get(f"/v1/calls/{call_id}", headers=live.auth("ana"))
