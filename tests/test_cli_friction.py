@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -218,6 +219,30 @@ def test_tables_keep_ids_whole_when_piped(tmp_path: Path, embedder) -> None:  # 
         assert LONG_ORG in done.stdout, done.stdout
         if args == ["keys", "list"]:
             assert LONG_CALLER in done.stdout and "…" not in done.stdout
+
+
+# -- command-line mistakes ---------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "says"), [
+    (["retrieve", "--bogus"], "error: No such option: --bogus"),
+    (["retrieve", "--org", "o", "--caller", "c", "--budget", "abc", "-m", "q"], "error: Invalid value for '--budget'"),
+    (["keys", "create", "--caller", "c"], "error: Missing option '--org'"),
+], ids=["unknown option", "wrong type", "missing option"])  # fmt: skip
+def test_a_command_line_mistake_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], says: str) -> None:
+    url = f"sqlite:///{tmp_path}/nowhere.db"
+    done = subprocess.run([sys.executable, "-m", "dossier.cli", *args, "--db", url], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, "DOSSIER_ORG": ""})  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(says) and "--help')" in line, line
+    assert not (tmp_path / "nowhere.db").exists()
+
+
+def test_a_command_s_own_exit_code_comes_through(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "dossier.cli", "stats", "--db", f"sqlite:///{tmp_path}/none.db"],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.startswith("error: no store at "), done.stderr
+    done = subprocess.run([sys.executable, "-m", "dossier.cli"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Commands" in done.stderr  # alone: the commands, as ever
 
 
 # -- a light start ---------------------------------------------------------------------------------

@@ -839,10 +839,24 @@ def _when(at: float | None) -> str:
 
 
 def main() -> None:
+    # the click that typer runs on (its own copy in recent typer releases, click itself before)
+    click = sys.modules[typer.BadParameter.__module__]
+    no_args = getattr(click, "NoArgsIsHelpError", ())
     try:
-        app()
-    except KeyboardInterrupt:  # pragma: no cover
+        outcome = app(standalone_mode=False)
+    except no_args as exc:  # a command group alone: its help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:  # an unknown option, a missing one, a value of the wrong type: one line
+        see = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        print(f"error: {exc.format_message().rstrip('.')}{see}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):  # pragma: no cover - Ctrl-C
         sys.exit(130)
+    sys.exit(outcome if isinstance(outcome, int) else 0)
 
 
 if __name__ == "__main__":
