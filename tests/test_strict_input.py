@@ -285,6 +285,7 @@ def test_a_refused_bundle_changes_nothing_already_stored(engine: dossier.Engine)
         ({"budget": {"totalTokens": "8000"}}, "budget.totalTokens"),
         ({"budget": {"totalTokens": True}}, "budget.totalTokens"),
         ({"budget": {"shares": {"memories": "0.5"}}}, "budget.shares.memories"),
+        ({"budget": {"shares": {"zz": 0.5}}}, "budget.shares.zz"),  # an unknown source: the key, not "zz.[key]"
         ({"record": {"email": "jane@acme.com", "zzz": 1}}, "record.zzz"),
         ({"budget": {"totalTokens": 100, "per_source": {}}}, "budget.per_source"),
         ({"filters": {"tags": ["pricing"], "colour": "blue"}}, "filters.colour"),

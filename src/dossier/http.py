@@ -389,7 +389,7 @@ def _first_error(exc: RequestValidationError) -> tuple[str, str]:
     as_list = isinstance(getattr(exc, "body", None), list)
     errors.sort(key=lambda e: (len(e.get("loc", ())) > 1 and str(e["loc"][1]).startswith("list[")) != as_list)
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid body", "type": "value_error"}
-    loc = [str(p) for p in first.get("loc", ()) if not _UNION_TAG.match(str(p))]
+    loc = [str(p) for p in first.get("loc", ()) if not _UNION_TAG.match(str(p)) and p != "[key]"]
     where = ".".join(loc[1:] if loc[:1] in (["body"], ["query"], ["path"]) and len(loc) > 1 else loc) or "body"
     kind = first.get("type", "")
     if kind == "extra_forbidden":

@@ -46,7 +46,7 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
         return RetrieveRequest.model_validate(request)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "request"
+        where = ".".join(str(p) for p in first["loc"] if p != "[key]") or "request"  # a map's key: named by itself"
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown field"

@@ -139,6 +139,7 @@ def test_the_key_is_checked_before_the_body(http: httpx.Client) -> None:
         ({**BRIEF, "budget": {"totalTokens": "8000"}}, "budget.totalTokens"),
         ({**BRIEF, "budget": {"totalTokens": 8000.5}}, "budget.totalTokens"),
         ({**BRIEF, "infer_filters": "false"}, "infer_filters"),
+        ({**BRIEF, "budget": {"shares": {"zz": 0.5}}}, "budget.shares.zz"),  # an unknown source, named by its key
     ],
 )
 def test_strings_are_never_coerced_in_a_request(http: httpx.Client, live: Live, body: dict[str, Any], field: str) -> None:
