@@ -312,3 +312,48 @@ def test_the_demo_explains_aliases_and_redistributed_shares_in_one_line_each(tmp
     [budget] = [line for line in lines if line.startswith("budget: the ")]
     assert "rec-acme" in aliases and "company domain" in aliases
     assert "external had nothing to pack, so its share went to the others" in budget
+
+
+# -- passwords ---------------------------------------------------------------------------------------
+def test_a_store_url_s_password_is_redacted_wherever_a_url_is_shown() -> None:
+    from dossier.errors import redacted_url
+
+    assert redacted_url("postgresql://app:S3cret@db:5432/crm") == "postgresql://app:***@db:5432/crm"
+    assert redacted_url("postgresql://app:p@ss:w/rd@db/crm") == "postgresql://app:***@db/crm"  # not percent-encoded
+    assert redacted_url("host=db password=S3cret dbname=crm") == "host=db password=*** dbname=crm"
+    assert "S3cret" not in redacted_url("postgresql://app:pw@db/crm?password=S3cret&sslmode=require")
+    assert "S3cret" not in redacted_url("postgresql://app:S3cret@db/crm?application_name=a@b")  # more hidden, never less
+    for kept in ("postgresql://app@db/crm", "sqlite:///data/crm.db"):
+        assert redacted_url(kept) == kept
+    done = subprocess.run([sys.executable, "-m", "dossier.cli", "stats", "--db", "postgresql+psycopg://app:S3cret@db/crm"],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 1 and "unknown store URL" in done.stderr and "S3cret" not in done.stderr, done.stderr
+
+
+def test_no_command_output_or_report_shows_the_postgres_password(tmp_path: Path, postgres_server) -> None:  # type: ignore[no-untyped-def]
+    from tests.postgres_server import APP_PASSWORD
+    from tests.test_loading import bundle
+
+    url = postgres_server.create_database()
+    assert APP_PASSWORD in url
+    data = bundle()
+    path = tmp_path / "bundle.json"
+    path.write_text(json.dumps(data))
+    done = subprocess.run([sys.executable, "-m", "dossier.cli", "load", str(path), "--db", url], capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "loaded into" in done.stdout and ":***@" in done.stdout and APP_PASSWORD not in done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-m", "dossier.cli", "usage", "--org", "nowhere", "--db", url], capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 1 and "(store: postgresql://" in done.stderr and APP_PASSWORD not in done.stderr, done.stderr
+    dataset = {"name": "tiny", "bundle": data, "questions": [
+        {"id": "q1", "org": "acme", "caller": "c-sales", "record": None, "message": "Does annual prepay earn a discount?",
+         "gold": {"documents": ["d-disc"], "sections": ["s-prepay"]}}]}  # fmt: skip
+    (tmp_path / "tiny.json").write_text(json.dumps(dataset))
+    other = postgres_server.create_database()
+    done = subprocess.run([sys.executable, "-m", "dossier.cli", "eval", str(tmp_path / "tiny.json"), "--store", other,
+                           "--json", str(tmp_path / "report.json")], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "report.json").read_text()
+    assert json.loads(report)["store"].startswith("postgresql://") and APP_PASSWORD not in report + done.stdout

@@ -18,7 +18,7 @@ from rich.console import Console
 
 import dossier
 
-from .errors import BundleError, DossierError, NotFound, UsageError
+from .errors import BundleError, DossierError, NotFound, UsageError, redacted_url
 
 if TYPE_CHECKING:
     from .evaluation.dataset import Dataset
@@ -123,7 +123,7 @@ def _errors(url: str | None = None) -> Iterator[None]:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except DossierError as exc:
-        where = f" (store: {url})" if url and isinstance(exc, NotFound) else ""
+        where = f" (store: {redacted_url(url)})" if url and isinstance(exc, NotFound) else ""
         err.print(f"error: {exc}{where}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
@@ -214,7 +214,7 @@ def load(file: Path = typer.Argument(..., help="A bundle (JSON)."), db: Optional
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
         raise
-    _print_report(report, where=_url(db))
+    _print_report(report, where=redacted_url(_url(db)))
 
 
 @app.command("add-doc")
@@ -239,7 +239,7 @@ def add_doc(
             file, org=org, title=title, doc_id=doc_id, doc_type=doc_type, tags=split(tags),
             visible_to_roles=None if roles is None else split(roles), progress=update,
         )  # fmt: skip
-    _print_report(report, where=url)
+    _print_report(report, where=redacted_url(url))
 
 
 @app.command()
@@ -638,7 +638,7 @@ def calibrate(
                         own["rankers"] = {"sections": fits[org].spec}
                     target.save_org_settings(org, own)
                     console.print(f"{org}: section ranker: {fits[org].reason}")
-            console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {url}")
+            console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {redacted_url(url)}")
 
 
 def _fit_rankers(data: "Dataset", orgs: list[str]) -> dict[str, "OrgFit"]:
@@ -791,7 +791,7 @@ def serve(
     os.environ.setdefault("DOSSIER_EMBED_THREADS", str(max(1, cores // per_worker)))
     if host in LOOPBACK:  # MCP's DNS-rebinding check of the Host header, as the SDK does on loopback
         os.environ["DOSSIER_ALLOWED_HOSTS"] = "127.0.0.1:*,localhost:*,[::1]:*"
-    err.print(f"dossier: serving {url} on http://{host}:{port} (API /v1, MCP /mcp, docs /docs)", markup=False)
+    err.print(f"dossier: serving {redacted_url(url)} on http://{host}:{port} (API /v1, MCP /mcp, docs /docs)", markup=False)
     uvicorn.run("dossier.http:app_from_env", factory=True, host=host, port=port, workers=workers,
                 access_log=access_log, log_level="info" if access_log else "warning")  # fmt: skip
 
@@ -815,7 +815,7 @@ def mcp_stdio(db: Optional[str] = DB_OPTION) -> None:
         try:
             service.authenticate(key)
         except Unauthorized as exc:
-            raise Unauthorized(f"DOSSIER_API_KEY: {exc} (store: {url})") from None
+            raise Unauthorized(f"DOSSIER_API_KEY: {exc} (store: {redacted_url(url)})") from None
         engine.embed_query("warm up")  # load the model before the first call
         serve_stdio(service, key)
 

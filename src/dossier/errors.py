@@ -16,12 +16,30 @@
     └── ProviderError             an embedding / chat / rerank provider failed (status_code, body)
         └── ProviderTimeout       the provider did not answer in time
 
-Driver exceptions are translated at the boundary: ``raise StoreUnavailable(...) from exc``.
+Driver exceptions are translated at the boundary: ``raise StoreUnavailable(...) from exc``. A store URL
+in a message or a report goes through :func:`redacted_url` first.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]+)", re.IGNORECASE)
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages, logs and reports: a URL's
+    ``user:password@`` up to its last ``@`` (a password that is not percent-encoded may hold ``@``, ``:``
+    or ``/``; where a later part holds an ``@`` more is hidden than needed, never less) and a
+    ``password=`` parameter (of a URL's query or a libpq ``key=value`` string)."""
+    url = _PASSWORD_PARAMETER.sub(r"\1***", url)
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        user, colon, _ = rest.rpartition("@")[0].partition(":")
+        if colon:
+            return f"{scheme}://{user}:***@{rest.rpartition('@')[2]}"
+    return url
 
 
 class DossierError(Exception):

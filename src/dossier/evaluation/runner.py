@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..engine import Engine, open_engine
+from ..errors import redacted_url
 from ..providers.embeddings import Embedder
 from .dataset import Dataset, Question, load_dataset
 from .intervals import Change, change, interval, per_question
@@ -112,7 +113,7 @@ def run(engine: Engine, dataset: Dataset, *, request: dict[str, Any] | None = No
         )  # fmt: skip
         if progress:
             progress(n, len(dataset.questions))
-    return summarise(dataset.name, store_label or engine.store.url, results)
+    return summarise(dataset.name, redacted_url(store_label or engine.store.url), results)
 
 
 def summarise(name: str, store: str, results: list[QuestionResult]) -> EvalReport:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError, MissingExtra
+from ..errors import ConfigError, MissingExtra, redacted_url
 from ..settings import HNSW_MIN_ROWS
 
 if TYPE_CHECKING:
@@ -40,4 +40,4 @@ def store_from_url(url: str | None, *, hnsw_min_rows: int = HNSW_MIN_ROWS) -> St
         from .postgres import PostgresStore
 
         return PostgresStore("postgresql://" + url.split("://", 1)[1])
-    raise ConfigError(f"unknown store URL {url!r}: expected sqlite:///PATH or postgresql://...")
+    raise ConfigError(f"unknown store URL {redacted_url(url)!r}: expected sqlite:///PATH or postgresql://...")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -45,7 +44,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pgvector.psycopg.vector import register_vector_info
 
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
-from ..errors import SchemaMismatch, StoreError, StoreUnavailable
+from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
 from .base import (VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, text_scope_asked,
                    walk_edges)
@@ -695,7 +694,7 @@ class _Transaction:
 
 
 def _redacted(url: str) -> str:
-    return re.sub(r"(://[^:/@?]*:)[^@/?]*@", r"\1***@", re.sub(r"(password=)\S+", r"\1***", url))
+    return redacted_url(url)
 
 
 def _dossier_options(url: str) -> tuple[str, dict[str, str]]:

@@ -13,7 +13,7 @@ from typing import Sequence
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import SchemaMismatch, StoreError, StoreUnavailable
+from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from .postgres import _dossier_options, trusted
 from .service_sql import Access, SQLServiceStore, Statement
 
@@ -66,16 +66,16 @@ class PostgresServiceDialect:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 self._migrate(conn)
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"cannot open the service tables at {url}: {exc}") from exc
+            raise StoreUnavailable(f"cannot open the service tables at {redacted_url(url)}: {exc}") from exc
         except psycopg.Error as exc:
-            raise StoreError(f"cannot prepare the service tables at {url}: {exc}") from exc
+            raise StoreError(f"cannot prepare the service tables at {redacted_url(url)}: {exc}") from exc
         self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, timeout=timeout, kwargs={"autocommit": True},
                                     open=False, name="dossier-service")  # fmt: skip
         try:
             self._pool.open(wait=True, timeout=timeout)
         except PoolTimeout as exc:
             self._pool.close()
-            raise StoreUnavailable(f"cannot connect to the service tables at {url}: {exc}") from exc
+            raise StoreUnavailable(f"cannot connect to the service tables at {redacted_url(url)}: {exc}") from exc
 
     def close(self) -> None:
         self._pool.close()
@@ -92,7 +92,7 @@ class PostgresServiceDialect:
             version = int(row[0]) if row else 0
             if version > SERVICE_SCHEMA_VERSION:
                 raise SchemaMismatch(
-                    f"{self.url} has service schema version {version}; this dossier knows up to "
+                    f"{redacted_url(self.url)} has service schema version {version}; this dossier knows up to "
                     f"{SERVICE_SCHEMA_VERSION}: upgrade dossier"
                 )
             for script in SERVICE_MIGRATIONS[version:]:
@@ -113,7 +113,7 @@ class PostgresServiceDialect:
                     count = cur.rowcount
                 return rows, count
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"the service tables at {self.url} are unreachable: {exc}") from exc
+            raise StoreUnavailable(f"the service tables at {redacted_url(self.url)} are unreachable: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL service query failed (nothing was written): {exc}") from exc
 

@@ -177,7 +177,7 @@ class ServiceStore(Protocol):
 
 def service_store_from_url(url: str) -> ServiceStore:
     """The service tables of the data store at ``url`` (the same file or database)."""
-    from ..errors import ConfigError
+    from ..errors import ConfigError, redacted_url
 
     if url.startswith("sqlite:///"):
         from .sqlite_service import SQLiteServiceStore
@@ -189,4 +189,4 @@ def service_store_from_url(url: str) -> ServiceStore:
         except ImportError as exc:
             raise ConfigError("the service tables are not implemented for PostgreSQL in this release yet") from exc
         return PostgresServiceStore(url)
-    raise ConfigError(f"no service tables for store URL {url!r}")
+    raise ConfigError(f"no service tables for store URL {redacted_url(url)!r}")
