@@ -179,6 +179,30 @@ def test_check_ready_fails_when_postgres_refuses_writes_while_reads_go_on(postgr
         postgres_server.drop_database(url)
 
 
+def test_service_tables_replace_connections_the_server_dropped(postgres_server) -> None:  # type: ignore[no-untyped-def]
+    """After a PostgreSQL restart every idle pooled connection is dead: the next transaction tests them."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = postgres_server.create_database()
+    store = service_store_from_url(url)
+    try:
+        store.add_key(ApiKey(id="k1", org="north", caller="ana", secret_hash="h" * 64, created_at=1.0))
+        pool = store._dialect._pool  # type: ignore[attr-defined]
+        held = [pool.getconn() for _ in range(3)]
+        for conn in held:
+            pool.putconn(conn)
+        with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                          [conninfo_to_dict(url)["dbname"]])  # fmt: skip
+        for at in (2.0, 3.0, 4.0):  # each would have met a dead connection
+            store.check_ready(at=at)
+        assert store.get_key("k1") is not None
+    finally:
+        store.close()
+        postgres_server.drop_database(url)
+
+
 def test_readiness_and_refusals_are_audited_on_every_backend(store_url: str, embedder) -> None:  # type: ignore[no-untyped-def]
     import json
 

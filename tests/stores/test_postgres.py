@@ -197,6 +197,32 @@ def test_an_unreachable_server_is_store_unavailable(tmp_path: Any) -> None:
         PostgresStore(f"postgresql://nobody@/nowhere?host={tmp_path}", timeout=2)
 
 
+def test_pooled_connections_the_server_dropped_are_replaced_not_reported(postgres_server: Any, pg_url: str, embedder: Any) -> None:
+    """After a server restart every idle pooled connection is dead; the next read tests them and goes on."""
+    store = PostgresStore(pg_url, pool_size=4)
+    try:
+        write_world(store, embedder, "acme")
+        held = [store._pool.getconn() for _ in range(3)]  # three connections open, then idle in the pool
+        for conn in held:
+            store._pool.putconn(conn)
+        name = psycopg.conninfo.conninfo_to_dict(pg_url)["dbname"]
+        with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
+            ended = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+                                  [name]).fetchone()[0]  # fmt: skip
+        assert ended >= 3
+        for _ in range(5):  # each read would have met a dead connection
+            assert store.counts(org="acme")["memories"] > 0
+        held = [store._pool.getconn() for _ in range(3)]
+        for conn in held:
+            store._pool.putconn(conn)
+        with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
+        store.write(make_batch(embedder, **_beta()))  # a write's transaction, the same way
+        assert store.counts(org="beta")["records"] > 0
+    finally:
+        store.close()
+
+
 # -- the HNSW path -----------------------------------------------------------------------------------
 def test_past_exact_below_searches_use_an_hnsw_index_and_find_the_same(pg_url: str, embedder: Any) -> None:
     store = PostgresStore(pg_url, exact_below=200)

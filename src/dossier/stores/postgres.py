@@ -212,21 +212,30 @@ class PostgresStore:
         """Rows of ``query`` run for ``org``. ``prepare=False`` keeps it from being prepared on the server: it is
         planned at each run for its own parameters (its org's partition and that partition's statistics), never
         by a plan made once for any org from the whole table's."""
-        try:
-            with self._pool.connection() as conn:
-                if self.session_settings:
-                    self._scope(cast(_Connection, conn), org, ef_search)
-                    return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
-                with conn.transaction():  # behind a transaction-pooling proxy: settings last one transaction
-                    conn.execute(
-                        "SELECT set_config('dossier.org', %b, true), set_config('hnsw.ef_search', %b, true)",
-                        [org, str(ef_search or 40)],
-                    )
-                    return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"PostgreSQL store at {self._label} is unreachable: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL query failed: {exc}") from exc
+        for attempt in (1, 2):
+            conn: psycopg.Connection | None = None
+            try:
+                with self._pool.connection() as conn:
+                    if self.session_settings:
+                        self._scope(cast(_Connection, conn), org, ef_search)
+                        return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
+                    with conn.transaction():  # behind a transaction-pooling proxy: settings last one transaction
+                        conn.execute(
+                            "SELECT set_config('dossier.org', %b, true), set_config('hnsw.ef_search', %b, true)",
+                            [org, str(ef_search or 40)],
+                        )
+                        return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                if attempt == 1 and conn is not None and conn.broken:
+                    # the server dropped a pooled connection (a restart, a failover): the pool's other idle
+                    # connections are likely gone too, so they are tested (and replaced) before one more try
+                    # of the statement, which the lost connection never completed (reads, and idempotent upserts)
+                    self._pool.check()
+                    continue
+                raise StoreUnavailable(f"PostgreSQL store at {self._label} is unreachable: {exc}") from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"PostgreSQL query failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns or raises
 
     def _transaction(self, org: str | None) -> "_Transaction":
         return _Transaction(self, org)
@@ -675,13 +684,22 @@ class _Transaction:
         self.store, self.org = store, org
 
     def __enter__(self) -> psycopg.Connection:
-        try:
-            self._lease = self.store._pool.connection()
-            conn = self._lease.__enter__()
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
-        self._tx = conn.transaction()
-        self._tx.__enter__()
+        for attempt in (1, 2):
+            try:
+                self._lease = self.store._pool.connection()
+                conn = self._lease.__enter__()
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
+            try:
+                self._tx = conn.transaction()
+                self._tx.__enter__()  # BEGIN: the first the server hears of this lease
+                break
+            except psycopg.OperationalError as exc:
+                self._lease.__exit__(type(exc), exc, exc.__traceback__)
+                if attempt == 1 and conn.broken:  # a connection the server dropped: nothing was done on it yet
+                    self.store._pool.check()
+                    continue
+                raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
         if self.org is not None:
             conn.execute("SELECT set_config('dossier.org', %b, true)", [self.org])
         return conn

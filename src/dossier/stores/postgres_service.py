@@ -103,19 +103,29 @@ class PostgresServiceDialect:
             )
 
     def run(self, statements: Sequence[Statement], *, access: Access) -> tuple[list[tuple], int]:
-        try:
-            with self._pool.connection() as conn, conn.transaction():
-                rows: list[tuple] = []
-                count = -1
-                for sql, params in statements:
-                    cur = conn.execute(trusted(sql), params, binary=True)
-                    rows = cur.fetchall() if cur.description else []
-                    count = cur.rowcount
-                return rows, count
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"the service tables at {redacted_url(self.url)} are unreachable: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL service query failed (nothing was written): {exc}") from exc
+        for attempt in (1, 2):
+            conn: psycopg.Connection | None = None
+            began = False
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    began = True
+                    rows: list[tuple] = []
+                    count = -1
+                    for sql, params in statements:
+                        cur = conn.execute(trusted(sql), params, binary=True)
+                        rows = cur.fetchall() if cur.description else []
+                        count = cur.rowcount
+                    return rows, count
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                if attempt == 1 and not began and conn is not None and conn.broken:
+                    # BEGIN met a connection the server dropped (a restart): nothing ran on it; the pool's
+                    # other idle connections are tested and replaced, then the transaction runs once more
+                    self._pool.check()
+                    continue
+                raise StoreUnavailable(f"the service tables at {redacted_url(self.url)} are unreachable: {exc}") from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"PostgreSQL service query failed (nothing was written): {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns or raises
 
 
 class PostgresServiceStore(SQLServiceStore):
