@@ -226,11 +226,7 @@ class PostgresStore:
                         )
                         return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
             except (psycopg.OperationalError, PoolTimeout) as exc:
-                if attempt == 1 and conn is not None and conn.broken:
-                    # the server dropped a pooled connection (a restart, a failover): the pool's other idle
-                    # connections are likely gone too, so they are tested (and replaced) before one more try
-                    # of the statement, which the lost connection never completed (reads, and idempotent upserts)
-                    self._pool.check()
+                if dropped(self._pool, conn, attempt):  # the statement never completed: a read, or an idempotent upsert
                     continue
                 raise StoreUnavailable(f"PostgreSQL store at {self._label} is unreachable: {exc}") from exc
             except psycopg.Error as exc:
@@ -696,8 +692,7 @@ class _Transaction:
                 break
             except psycopg.OperationalError as exc:
                 self._lease.__exit__(type(exc), exc, exc.__traceback__)
-                if attempt == 1 and conn.broken:  # a connection the server dropped: nothing was done on it yet
-                    self.store._pool.check()
+                if dropped(self.store._pool, conn, attempt):  # nothing was done on it yet
                     continue
                 raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
         if self.org is not None:
@@ -709,6 +704,16 @@ class _Transaction:
             self._tx.__exit__(*exc)
         finally:
             self._lease.__exit__(*exc)
+
+
+def dropped(pool: ConnectionPool[Any], conn: psycopg.Connection[Any] | None, attempt: int) -> bool:
+    """Whether a first attempt failed on a pooled connection the server dropped (a restart, a failover).
+    The pool's other idle connections are likely gone too: they are tested, and replaced, before the caller
+    tries once more (only what had not begun, or may run twice)."""
+    if attempt == 1 and conn is not None and conn.broken:
+        pool.check()
+        return True
+    return False
 
 
 def _redacted(url: str) -> str:

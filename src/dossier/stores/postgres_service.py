@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
-from .postgres import _dossier_options, trusted
+from .postgres import _dossier_options, dropped, trusted
 from .service_sql import Access, SQLServiceStore, Statement
 
 #: ``SERVICE_MIGRATIONS[i]`` moves the service tables from version i to i + 1.
@@ -117,10 +117,7 @@ class PostgresServiceDialect:
                         count = cur.rowcount
                     return rows, count
             except (psycopg.OperationalError, PoolTimeout) as exc:
-                if attempt == 1 and not began and conn is not None and conn.broken:
-                    # BEGIN met a connection the server dropped (a restart): nothing ran on it; the pool's
-                    # other idle connections are tested and replaced, then the transaction runs once more
-                    self._pool.check()
+                if not began and dropped(self._pool, conn, attempt):  # BEGIN failed: nothing ran on it
                     continue
                 raise StoreUnavailable(f"the service tables at {redacted_url(self.url)} are unreachable: {exc}") from exc
             except psycopg.Error as exc:
