@@ -36,6 +36,7 @@ from .bundle import LABEL_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labe
 from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError
 from .identifiers import IdentifierKind, clip
 from .loading import LoadReport, document_from_markdown
+from .pipeline.visibility import verdict
 from .retrieve import parse_request
 from .schema import RecordRef, RetrieveRequest, RetrieveResponse
 from .stores.service_base import ApiKey, AuditRow, Feedback, LedgerEntry, ServiceStore, UsageLine
@@ -395,7 +396,15 @@ class Service:
         return self.engine.load_bundle(scoped)
 
     def add_records(self, principal: Principal, records: Iterable[NewRecord | Mapping[str, Any]]) -> LoadReport:
+        """Add or update records. A record pending deletion is the admin's alone: anyone else's write to it
+        (which would store ``pending_deletion`` false, and its data could be read again) is refused, as a
+        memory for it is."""
         items = [self._scoped(principal, _plain(r), "records") for r in records]
+        if not self._is_admin(principal):
+            ids = [str(i["id"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str)]
+            for record in self.engine.store.get_records(ids, org=principal.org):
+                if record.pending_deletion:
+                    raise UsageError(f"record {record.id!r} is pending deletion: nothing can be added to it")
         return self.engine.load_bundle({"records": items})
 
     def add_memories(self, principal: Principal, memories: Iterable[NewMemory | Mapping[str, Any]]) -> list[Memory]:
@@ -407,11 +416,13 @@ class Service:
                               text=m.text, created_at=m.created_at or datetime.now(timezone.utc)))  # fmt: skip
         # a record that is not in this org (unknown, or another org's: the same answer) is named by its field,
         # before the write; the bundle check would name the memory by an id the caller may not have sent
-        known = {r.id for r in self.engine.store.get_records(list({m.record for m in out}), org=principal.org)}
+        known = {r.id: r for r in self.engine.store.get_records(list({m.record for m in out}), org=principal.org)}
         for n, m in enumerate(out):
             if m.record not in known:
                 field = "record" if len(out) == 1 else f"{n}.record"
                 raise InvalidRequest(f"{field}: no record {clip(m.record)} in this org", field=field)
+            if known[m.record].pending_deletion:  # as remember() says it
+                raise UsageError(f"record {m.record!r} is pending deletion: nothing can be added to it")
         self.engine.load_bundle({"memories": [m.model_dump(mode="json") for m in out]})
         return out
 
@@ -465,9 +476,14 @@ class Service:
                 out.append(_validate(Document, {"id": doc_id, "title": d.title, "sections": sections, **common}))
         caller = self.engine.store.get_caller(principal.caller, org=principal.org)
         roles = set(caller.roles) if caller else set()
-        for existing in self.engine.store.get_documents([d.id for d in out], org=principal.org):
-            if existing.visible_to_roles is not None and not roles & set(existing.visible_to_roles):
-                raise Forbidden(f"document {existing.id!r} exists and this caller may not see it, so cannot replace it")
+        if ADMIN_ROLE not in roles:  # the admin may replace any document; others only those they may see
+            store = self.engine.store
+            for existing in store.get_documents([d.id for d in out], org=principal.org):
+                attached = [existing.attached_record] if existing.attached_record else []
+                hidden = verdict(existing, org=principal.org, roles=roles, record_ids=attached) is not None or any(
+                    r.pending_deletion for r in store.get_records(attached, org=principal.org))  # a note about a deleted record
+                if hidden:  # a system document, one outside the caller's roles, or about a record pending deletion
+                    raise Forbidden(f"document {existing.id!r} exists and this caller may not see it, so cannot replace it")
         self.engine.load_bundle({"documents": [d.model_dump(mode="json") for d in out]})
         return out
 
@@ -483,9 +499,12 @@ class Service:
             raise Forbidden(f"{where}: org {org!r} is not this key's org {principal.org!r}")
         return item
 
-    def _require_admin(self, principal: Principal) -> None:
+    def _is_admin(self, principal: Principal) -> bool:
         caller = self.engine.store.get_caller(principal.caller, org=principal.org)
-        if caller is None or ADMIN_ROLE not in caller.roles:
+        return caller is not None and ADMIN_ROLE in caller.roles
+
+    def _require_admin(self, principal: Principal) -> None:
+        if not self._is_admin(principal):
             raise Forbidden(f"loading a bundle needs the {ADMIN_ROLE!r} role; caller {principal.caller!r} lacks it")
 
 

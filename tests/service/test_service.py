@@ -160,12 +160,29 @@ def test_remember_follows_merges_and_the_memory_is_retrieved(service: Service) -
         service.remember(principal("ana"), {"id": "rec-george"}, "George is being deleted")
 
 
+def test_a_record_pending_deletion_cannot_be_written_back_to_life(service: Service) -> None:
+    """rec-george is pending deletion: an upsert would store pending_deletion false and its data be read again."""
+    ask = {"mode": "brief", "record": {"id": "rec-george"}, "message": "What do we know about George?"}
+    assert service.retrieve(principal("ana"), ask).record.tombstone  # type: ignore[union-attr]
+    with pytest.raises(dossier.UsageError, match="pending deletion"):
+        service.add_records(principal("ana"), [{"id": "rec-george", "kind": "contact", "properties": {"name": "probe"}}])
+    with pytest.raises(dossier.UsageError, match="pending deletion"):
+        service.add_memories(principal("ana"), [{"record": "rec-george", "text": "a memory for a deleted record"}])
+    after = service.retrieve(principal("ana"), ask)
+    assert after.record is not None and after.record.tombstone and not after.sources["memories"].items
+    service.add_records(principal("admin"), [{"id": "rec-george", "kind": "contact", "pending_deletion": True}])  # the admin's
+
+
 def test_documents_are_added_in_the_org_and_hidden_ones_cannot_be_replaced(service: Service) -> None:
     [doc] = service.add_documents(principal("ana"), [{"markdown": "# Visit policy\n\n## Parking\nPark in bay 4.\n",
                                                       "tags": ["office"]}])  # fmt: skip
     assert doc.id == "visit-policy" and doc.org == "northwind" and [s.heading for s in doc.sections] == ["Parking"]
     with pytest.raises(Forbidden, match="may not see"):  # doc-commission is finance-only; ana is sales
         service.add_documents(principal("ana"), [{"id": "doc-commission", "title": "Mine now", "markdown": "## x\ny"}])
+    for hidden in ("doc-sys-crm-fields", "doc-note-george"):  # a system document; a note about a record pending deletion
+        with pytest.raises(Forbidden, match="may not see"):
+            service.add_documents(principal("ana"), [{"id": hidden, "title": "Mine now", "markdown": "## x\ny"}])
+    service.add_documents(principal("admin"), [{"id": "doc-sys-crm-fields", "title": "CRM fields", "markdown": "## x\ny"}])
     with pytest.raises(Forbidden):
         service.add_documents(principal("ana"), [{"org": "southwind", "title": "T", "markdown": "## x\ny"}])
     with pytest.raises(InvalidRequest) as caught:
