@@ -10,6 +10,7 @@ from typer.testing import CliRunner, Result
 
 import dossier
 from dossier import cli
+from dossier.errors import redacted_url
 from dossier.stores.service_base import service_store_from_url
 
 runner = CliRunner()
@@ -48,7 +49,7 @@ def test_result_tells_an_unknown_call_from_one_that_was_not_deferred(fresh_engin
 
     unknown = run("result", "0" * 32, "--org", "northwind", "--caller", "ana", "--db", db)
     assert unknown.exit_code == 1
-    assert unknown.stderr == f"error: no call '{'0' * 32}' in org 'northwind' (store: {db})\n"
+    assert unknown.stderr == f"error: no call '{'0' * 32}' in org 'northwind' (store: {redacted_url(db)})\n"  # no password
 
     not_deferred = run("result", own, "--org", "northwind", "--caller", "ana", "--db", db)
     assert not_deferred.exit_code == 1 and not_deferred.stdout == ""
