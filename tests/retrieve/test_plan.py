@@ -50,10 +50,13 @@ def test_deep_without_a_model_reports_the_downgrade(sample_engine: dossier.Engin
     assert route.backend == "hybrid"
 
 
-def test_fast_depth_uses_vectors_only(sample_engine: dossier.Engine) -> None:
+def test_fast_depth_uses_vectors_only(sample_engine: dossier.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    searched: list[str] = []
+    search_text = sample_engine.store.search_text
+    monkeypatch.setattr(sample_engine.store, "search_text", lambda kind, *a, **k: searched.append(kind) or search_text(kind, *a, **k))
     response = sample_engine.retrieve({"message": "refund window", "depth": "fast"}, org="northwind", caller="ana")
     assert response.route["documents"].backend == "vector"
-    assert response.route["documents"].detail["text_candidates"] == 0
+    assert "section" not in searched  # no full-text search of the sections ran
 
 
 def test_expand_with_an_unknown_continuation_is_a_usage_error(sample_engine: dossier.Engine) -> None:

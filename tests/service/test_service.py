@@ -173,6 +173,18 @@ def test_a_record_pending_deletion_cannot_be_written_back_to_life(service: Servi
     service.add_records(principal("admin"), [{"id": "rec-george", "kind": "contact", "pending_deletion": True}])  # the admin's
 
 
+def test_the_route_tells_nothing_of_sections_the_caller_may_not_see(service: Service) -> None:
+    """Words only a legal-only document holds (doc-redlines), or a tag only finance-only documents carry: the
+    route reads as for words and tags nothing holds."""
+    def route(request: dict) -> dict:  # type: ignore[type-arg]
+        return service.retrieve(principal("ana"), request).route["documents"].model_dump()
+
+    hidden = route({"mode": "scout", "message": "Wilmington"})
+    assert not {"vector_candidates", "text_candidates"} & set(hidden["detail"]), hidden  # counted before governance
+    tagged = route({"mode": "filter", "filters": {"tags": ["commission"]}, "message": "what is the rate"})
+    assert tagged == route({"mode": "filter", "filters": {"tags": ["no-such-tag"]}, "message": "what is the rate"})
+
+
 def test_documents_are_added_in_the_org_and_hidden_ones_cannot_be_replaced(service: Service) -> None:
     [doc] = service.add_documents(principal("ana"), [{"markdown": "# Visit policy\n\n## Parking\nPark in bay 4.\n",
                                                       "tags": ["office"]}])  # fmt: skip

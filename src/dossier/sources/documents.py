@@ -121,7 +121,8 @@ class DocumentsSource:
             found.decide("documents", backend="hybrid")
         failed_vectors = vector_hits is None
         vector_hits, text_hits = vector_hits or [], text_hits or []
-        found.decide("documents", detail={"vector_candidates": len(vector_hits), "text_candidates": len(text_hits)})
+        # no count of the hits in the route: they are counted before governance, so a count would tell a caller
+        # how many sections it may not see hold the question's words (a count needs no id to answer that)
         candidates = self._fuse(query, tools, found, vector_hits, text_hits)
         self._score_lexical_only(query, tools, found, candidates, vector)
         if failed_vectors:
@@ -261,7 +262,13 @@ class DocumentsSource:
             for position, s in enumerate(d.sections, start=1)
         ]
         found.decide("documents", backend="direct", detail={"ranked": False})
-        if query.message and candidates:
+        if query.message and not candidates:
+            # ranked as if something had matched: the route (and the query's embedding) must not tell that
+            # nothing did, where what matched may be sections this caller may not see (governance is later)
+            tools.embed_query(query.document_query or query.message)
+            found.decide("documents", backend="hybrid", detail={"ranked": True})
+            self._adapt(query, tools, found, candidates, None, limit=0)
+        elif query.message:
             text = query.document_query or query.message
             parents = [d.id for d in documents]
             vector = tools.embed_query(text)
@@ -291,13 +298,16 @@ class DocumentsSource:
                limit: int) -> None:  # fmt: skip
         """Each candidate's cosine to the adapted query (a ranker feature), searched within the candidates'
         documents; where no adapter fits the store's model the route says why and the feature is the plain cosine."""
-        if not candidates:
-            return
         embedder = tools.embedder()
         try:
             adapter = adapters.load("sections", embedder.model_id, embedder.dimensions)
         except adapters.AdapterUnavailable as exc:
             found.decide("documents", detail={"adapter": f"none: {exc}"})
+            return
+        # which adapter applies is said whether or not anything matched: its presence must not tell that a
+        # section the caller may not see matched (governance, later, removes what it may not see)
+        found.decide("documents", detail={"adapter": "sections"})
+        if not candidates:
             return
         documents = sorted({c.document_id for c in candidates})
         hits = guarded(
@@ -311,4 +321,3 @@ class DocumentsSource:
         scores = {h.id: h.score for h in hits}
         for c in candidates:
             c.adapted = scores.get(c.section_id)
-        found.decide("documents", detail={"adapter": "sections"})
