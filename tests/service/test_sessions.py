@@ -52,8 +52,12 @@ def test_a_session_belongs_to_its_org(sample: dossier.Engine) -> None:
     with pytest.raises(InvalidRequest) as unknown:
         sample.retrieve({"continuation": "0" * len(first.continuation or "")}, org="southwind", caller="zoe")
     assert str(other_org.value).replace(first.continuation or "", "ID") == str(unknown.value).replace("0" * len(first.continuation or ""), "ID")
-    page = sample.retrieve({"continuation": first.continuation}, org="northwind", caller="ben")  # same org: fine
-    assert page.mode == "expand"
+    page = sample.retrieve({"continuation": first.continuation, "budget": {"totalTokens": 300}}, org="northwind",
+                           caller="ben")  # same org: fine  # fmt: skip
+    assert page.mode == "expand" and page.continuation is not None
+    assert not {"opened_by", "page", "returned_before"} & set(page.route["session"].detail)  # nothing of ana's call
+    own = sample.retrieve({"continuation": page.continuation}, org="northwind", caller="ana")
+    assert own.route["session"].detail["opened_by"] == first.call_id and own.route["session"].detail["page"] == 3
 
 
 def test_a_session_expires_when_idle(sample: dossier.Engine) -> None:

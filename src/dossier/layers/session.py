@@ -63,8 +63,11 @@ def restore_session(call: Call) -> None:
         call.candidates[source] = items
         if call.results[source].status == "skipped":
             call.results[source].status = "empty"
+    # what the session's own caller did with it (its call, its pages, how much it was given) is its own: a
+    # caller paging through another's continuation is told none of it (the earlier pages may have held
+    # items it may not see)
     opened = {"opened_by": session.call_id, "page": state["page"] + 1, "returned_before": state["returned"]}
-    call.decide("session", ran=True, backend="session", detail=opened)
+    call.decide("session", ran=True, backend="session", detail=opened if session.caller == call.caller.id else {})
     call.session = Restored(session=session, state=state, page=frozenset(page))
 
 
@@ -104,11 +107,11 @@ def _save(call: Call, restored: Restored | None, left: dict[str, list[Any]]) -> 
         if not left:
             store.delete_session(session.id, org=call.org)
             return None
-        sid, opened_by, created = session.id, session.call_id, session.created_at
+        sid, opened_by, created, owner = session.id, session.call_id, session.created_at, session.caller
         state = {**state, "remaining": left, "returned": state["returned"] + returned, "page": state["page"] + 1}
     else:
         res = call.resolution
-        sid, opened_by, created = secrets.token_urlsafe(18), call.call_id, time.time()
+        sid, opened_by, created, owner = secrets.token_urlsafe(18), call.call_id, time.time(), call.caller.id
         state = {
             "mode": call.plan.mode if call.plan else None,
             "depth": call.effective_depth if call.plan else None,
@@ -120,7 +123,7 @@ def _save(call: Call, restored: Restored | None, left: dict[str, list[Any]]) -> 
             "page": 1,
         }
     now = time.time()
-    session = Session(id=sid, org=call.org, caller=call.caller.id, call_id=opened_by,
+    session = Session(id=sid, org=call.org, caller=owner, call_id=opened_by,  # the caller that opened it, kept
                       state=json.dumps(state, separators=(",", ":")), created_at=created, last_used=now)  # fmt: skip
     store.put_session(session, idle_before=now - call.settings.service.session_idle_seconds)
     remaining = {"remaining": sum(len(v) for v in left.values())}
