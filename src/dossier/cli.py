@@ -421,8 +421,7 @@ def _find_result(url: str, call_id: str, *, org: str, caller: str, wait: float) 
         raise NotFound(f"no result for call {call_id!r}: another caller of {org!r} made it, and its answer is theirs")
     import json
 
-    shape = json.loads(row.shape or "{}")
-    if not shape.get("deferred"):
+    if not json.loads(row.shape or "{}").get("deferred"):
         raise NotFound(f"call {call_id!r} was not deferred: its answer, if it asked for one, came back with the call, "
                        f"and nothing was stored to fetch later (retrieve --deferred stores it)")  # fmt: skip
     if row.outcome != "ok":
@@ -762,7 +761,7 @@ def _known_org(url: str, org: str) -> None:
 
     store = store_from_url(url)
     try:
-        known = getattr(store, "org_ids", None)  # an administrative read of both backends (stats uses it)
+        known = getattr(store, "org_ids", None)  # an administrative read, not of the Store protocol (as stats)
         if known is not None and org not in known():
             raise NotFound(f"unknown org {org!r}: load it first (dossier load)")
     finally:

@@ -478,12 +478,14 @@ class Service:
         roles = set(caller.roles) if caller else set()
         if ADMIN_ROLE not in roles:  # the admin may replace any document; others only those they may see
             store = self.engine.store
-            for existing in store.get_documents([d.id for d in out], org=principal.org):
-                attached = [existing.attached_record] if existing.attached_record else []
-                hidden = verdict(existing, org=principal.org, roles=roles, record_ids=attached) is not None or any(
-                    r.pending_deletion for r in store.get_records(attached, org=principal.org))  # a note about a deleted record
-                if hidden:  # a system document, one outside the caller's roles, or about a record pending deletion
-                    raise Forbidden(f"document {existing.id!r} exists and this caller may not see it, so cannot replace it")
+            existing = store.get_documents([d.id for d in out], org=principal.org)
+            attached = {d.attached_record for d in existing if d.attached_record}
+            deleted = {r.id for r in store.get_records(sorted(attached), org=principal.org) if r.pending_deletion}
+            for existing_doc in existing:
+                own = [existing_doc.attached_record] if existing_doc.attached_record else []
+                if verdict(existing_doc, org=principal.org, roles=roles, record_ids=own) is not None or set(own) & deleted:
+                    # a system document, one outside the caller's roles, or a note about a record pending deletion
+                    raise Forbidden(f"document {existing_doc.id!r} exists and this caller may not see it, so cannot replace it")
         self.engine.load_bundle({"documents": [d.model_dump(mode="json") for d in out]})
         return out
 
