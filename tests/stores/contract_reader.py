@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
-from dossier.bundle import Edge, Org
+from dossier.bundle import Document, Edge, Org, Section
 from dossier.stores.base import Store, StoreReader
 from tests.stores.contract import _contact, _ids, make_batch, org_scoped, refuses_a_missing_org, write_world
 
@@ -40,6 +40,7 @@ READER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
     "get_memories": lambda s, org: s.get_memories(["m-jane-1"], org=org),
     "get_documents": lambda s, org: s.get_documents(["d-discounts"], org=org),
     "find_documents": lambda s, org: s.find_documents(org=org, limit=5),
+    "restricted_documents": lambda s, org: s.restricted_documents(org=org),
     "find_records": lambda s, org: s.find_records("email", "jane.doe@acme.com", org=org),
     "records_by_domain": lambda s, org: s.records_by_domain("acme.com", org=org, limit=5),
     "merged_from": lambda s, org: s.merged_from("r-jane", org=org),
@@ -94,6 +95,22 @@ class ReaderContract:
         assert _ids(store.find_documents(org="acme", doc_types=["guideline"], tags=["sales"], limit=10)) == []
         assert _ids(store.find_documents(org="acme", limit=2)) == ["d-discounts", "d-education"]
         assert store.find_documents(org="acme", doc_types=["policy"], limit=10)[0].sections[0].id == "s-disc-limits"
+
+    def test_restricted_documents_are_those_not_every_caller_may_see(self, store: Store, embedder: Any) -> None:
+        """Roles named (an empty list too), attached to a record, or system: with how many sections each
+        holds; a document of the whole org is not among them, nor another org's."""
+        write_world(store, embedder)
+        store.write(make_batch(embedder, documents=[Document(
+            id="d-zebra", org="beta", title="Zebra", visible_to_roles=("sales",),
+            sections=(Section(id="s-zebra", heading="Zebra", text="Zebra rules."),))]))  # fmt: skip
+        found = store.restricted_documents(org="acme")
+        assert [(d.id, d.org, d.visible_to_roles, d.attached_record, d.is_system, d.sections) for d in found] == [
+            ("d-discounts", "acme", ("sales",), None, False, 2),
+            ("d-refunds", "acme", (), "r-jane", False, 1),
+            ("d-system", "acme", None, None, True, 1),
+        ]
+        assert [d.id for d in store.restricted_documents(org="beta")] == ["d-zebra"]
+        assert store.restricted_documents(org="nobody") == []
 
     # -- records ---------------------------------------------------------------------------------------
     @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """Layer 6, govern: remove what this caller may not see, re-checked against fresh rows, fail closed.
 
 Runs after recall and before section selection, so that nothing the caller cannot see is ever
-selected, packed, or handed to a model. Every store read is already scoped to the org; this layer is
-the second line: it re-reads each candidate's owner and drops it when the check cannot decide.
+selected, packed, or handed to a model. Every store read is already scoped to the org, and the documents
+source searches only the sections this caller may see (``sources/documents.py``: ``Hidden``); this layer
+is the second line: it re-reads each candidate's owner and drops it when the check cannot decide.
 
 What is left when it is done is what the caller may see (``Call.cleared``): the trace the caller
 gets names those items only (``layers/report.py``), whatever layer noted what. A call that asked for

@@ -38,6 +38,7 @@ def source_query(call: Call) -> SourceQuery:
         depth=plan.effective_depth, document_query=understanding.document_query,
         memory_query=understanding.memory_query, parts=understanding.parts, filters=understanding.filters,
         fetch=tuple(call.request.fetch or ()), settings=call.settings, trace=bool(call.request.trace),
+        full_trace=call.full_trace and bool(call.request.trace),
     )  # fmt: skip
 
 

@@ -240,8 +240,10 @@ def _infer_filters(call: Call, ahead: Callable[[], Any] | None = None) -> Inferr
 
 def _vocabulary(call: Call) -> Filters:
     """Doc types and tags of the org-wide documents this caller may see (the model picks among them)."""
-    documents = call.store.find_documents(org=call.org, limit=1000)
-    visible = [d for d in documents if document_verdict(call, d) is None]
+    # the first thousand the caller may see: documents it may not see must not take their places
+    restricted = len(call.store.restricted_documents(org=call.org))
+    documents = call.store.find_documents(org=call.org, limit=1000 + restricted)
+    visible = [d for d in documents if document_verdict(call, d) is None][:1000]
     return Filters(doc_types=sorted({d.doc_type for d in visible}), tags=sorted({t for d in visible for t in d.tags}))
 
 

@@ -20,14 +20,14 @@ from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
-from ..bundle import Document, Record
+from ..bundle import Record
 from ..providers.embeddings import Embedder
 from ..schema import Depth, Filters, Mode, SourceName, TraceEntry
 from ..settings import Settings
 from ..stores.base import Store
 from .events import Decision, Degraded
 from .steps import Failed, Fuse, Skipped
-from .visibility import verdict
+from .visibility import Guarded, verdict
 
 SourceEvent = Decision | Degraded | TraceEntry
 
@@ -65,8 +65,9 @@ class SourceQuery:
     fetch: tuple[str, ...] = ()  # the documents a fetch call names
     settings: Settings = field(default_factory=Settings)
     trace: bool = True  # whether the caller asked for a trace: without one, trace notes are not even made
+    full_trace: bool = False  # the operator's full evidence (in-process only, dossier eval): notes what is hidden too
 
-    def document_verdict(self, document: Document | None) -> str | None:
+    def document_verdict(self, document: Guarded | None) -> str | None:
         """Why ``document`` must not be returned to this caller, or None when it may be (the one rule:
         :func:`dossier.pipeline.visibility.verdict`)."""
         return verdict(document, org=self.org, roles=self.roles, record_ids=self.record_ids)

@@ -3,10 +3,24 @@ every expand page alike."""
 
 from __future__ import annotations
 
-from typing import Collection
+from typing import Collection, Protocol
 
 from ..bundle import Document
 from .call import Call
+
+
+class Guarded(Protocol):
+    """What the rule reads of a document: a :class:`~dossier.bundle.Document`, or the access row a store
+    keeps of one (:class:`~dossier.stores.base.DocumentAccess`)."""
+
+    @property
+    def org(self) -> str: ...
+    @property
+    def is_system(self) -> bool: ...
+    @property
+    def visible_to_roles(self) -> tuple[str, ...] | None: ...
+    @property
+    def attached_record(self) -> str | None: ...
 
 
 def document_verdict(call: Call, document: Document | None) -> str | None:
@@ -14,7 +28,7 @@ def document_verdict(call: Call, document: Document | None) -> str | None:
     return verdict(document, org=call.org, roles=call.caller.roles, record_ids=call.resolution.record_ids)
 
 
-def verdict(document: Document | None, *, org: str, roles: Collection[str], record_ids: Collection[str]) -> str | None:
+def verdict(document: Guarded | None, *, org: str, roles: Collection[str], record_ids: Collection[str]) -> str | None:
     """Why ``document`` must not be returned to a caller of ``org`` with ``roles``, in a call about
     ``record_ids`` (the record, its merged-away records and aliases), or None when it may be."""
     if document is None:

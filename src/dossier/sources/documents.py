@@ -8,7 +8,9 @@ route says which backend served (``hybrid | vector | lexical``) and why it fell 
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -30,6 +32,45 @@ def rrf(rankings: list[list[Hit]], k: int, weights: list[float] | None = None) -
         for rank, hit in enumerate(ranking, start=1):
             fused[hit.id] = fused.get(hit.id, 0.0) + weight / (k + rank)
     return fused
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """The documents of the org this call's caller may not see, and how many sections they hold.
+
+    Every search of this source takes its best hits among the sections the caller may see: governance
+    would drop the others later, but by then they would have taken places visible sections should have
+    had and shifted the ranks the ranker reads, so that what the caller is given would depend on what it
+    may not see."""
+
+    documents: Mapping[str, str] = field(default_factory=dict)  # document id -> why the caller may not see it
+    sections: int = 0
+
+    def top(self, search: Callable[[int], list[Hit]], limit: int, withheld: list[Hit] | None = None) -> list[Hit]:
+        """The best ``limit`` hits of ``search(n)`` (its best ``n``, best first) in documents this caller may
+        see. Hidden hits are removed from a longer search, asked longer while they push visible ones out,
+        until it covers every hidden section (then the visible ones it holds are the best there are).
+        ``withheld`` (the operator's full evidence only) gets the hidden hits among the first ``limit``."""
+        if not self.documents or limit <= 0:
+            return search(limit)
+        most = limit + self.sections
+        asked = limit + min(self.sections, limit)
+        while True:
+            hits = search(asked)
+            visible = [h for h in hits if h.parent not in self.documents]
+            if withheld is not None and asked == limit + min(self.sections, limit):
+                withheld.extend(h for h in hits[:limit] if h.parent in self.documents)
+            if len(visible) >= limit or len(hits) < asked or asked >= most:
+                return visible[:limit]
+            asked = min(2 * asked, most)
+
+
+def hidden_documents(query: SourceQuery, store: Store) -> Hidden:
+    """What of ``query.org`` its caller may not see (the one rule, on the store's access rows)."""
+    restricted = store.restricted_documents(org=query.org)
+    verdicts = {d.id: query.document_verdict(d) for d in restricted}
+    hidden = {i: why for i, why in verdicts.items() if why is not None}
+    return Hidden(MappingProxyType(hidden), sum(d.sections for d in restricted if d.id in hidden))
 
 
 def matches(document: Document, filters: Filters | None) -> bool:
@@ -64,23 +105,30 @@ class DocumentsSource:
         if query.mode == "fetch" or not query.message:
             return {}
         text, limit = self._query_and_limit(query)
-        out: dict[str, Future[Any]] = {}
+        hidden, withheld = self._hidden(query, tools.store)
+        out: dict[str, Future[Any]] = {"documents.hidden": _done((hidden, withheld))}
         concurrent = tools.store.concurrent_reads
         # the vector search in the background where the store reads concurrently (on SQLite it would wait
         # for the question's vector here, before the reads of later sources that need none), unless it
         # waits for the memories source's lead
         if concurrent and not self._may_inform(query):
             vector = tools.embed_query(text)
-            started = tools.background(tools.store.search_vectors, "section", vector, org=query.org, limit=limit)
+            started = tools.background(self._vector_search, tools.store, query.org, vector, limit, hidden, withheld)
             if started is not None:
                 out["documents.vector"] = started
         if query.depth != "fast":
             if not concurrent and long_text_read(query, tools, "section", None):
                 tools.embed_ahead(text)
-            words = tools.ahead(self._text_search, tools.store, query.org, text, limit)
+            words = tools.ahead(self._text_search, tools.store, query.org, text, limit, hidden, withheld)
             if words is not None:
                 out["documents.text"] = words
         return out
+
+    @staticmethod
+    def _hidden(query: SourceQuery, store: Store) -> tuple[Hidden, list[Hit] | None]:
+        """What this caller may not see, and where the searches put the hidden hits they remove (the
+        operator's full evidence only: None otherwise)."""
+        return hidden_documents(query, store), [] if query.full_trace else None
 
     @staticmethod
     def _query_and_limit(query: SourceQuery) -> tuple[str, int]:
@@ -91,6 +139,7 @@ class DocumentsSource:
     def _search(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[SectionCandidate]:
         text, limit = self._query_and_limit(query)
         filters, store, org = query.filters, tools.store, query.org
+        hidden, withheld = tools.take("documents.hidden", lambda: self._hidden(query, store))
         vector = tools.embed_query(text)
         informed = self._informed(query, tools, vector)
         if informed is not None:
@@ -99,14 +148,14 @@ class DocumentsSource:
             found.decide("documents", detail={"memory_informed": query.memory_lead.id})
         vector_hits = guarded(
             found, "documents",
-            lambda: (store.search_vectors("section", vector, org=org, limit=limit) if informed is not None else
-                     tools.take("documents.vector", lambda: store.search_vectors("section", vector, org=org, limit=limit))),
+            lambda: (self._vector_search(store, org, vector, limit, hidden, withheld) if informed is not None else
+                     tools.take("documents.vector", lambda: self._vector_search(store, org, vector, limit, hidden, withheld))),
             what="vector search",
         )  # fmt: skip
         text_hits: list[Hit] | None = []
         if query.depth != "fast":
             text_hits = guarded(
-                found, "documents", lambda: tools.take("documents.text", lambda: self._text_search(store, org, text, limit)),
+                found, "documents", lambda: tools.take("documents.text", lambda: self._text_search(store, org, text, limit, hidden, withheld)),
                 what="full-text search",
             )  # fmt: skip
         if vector_hits is None and text_hits is None:
@@ -121,6 +170,10 @@ class DocumentsSource:
             found.decide("documents", backend="hybrid")
         failed_vectors = vector_hits is None
         vector_hits, text_hits = vector_hits or [], text_hits or []
+        # the operator's full evidence: what the searches found that the caller may not see, noted where
+        # governance would have dropped it (a caller's own trace never notes it, not even as a count)
+        for hit in {h.id: h for h in withheld or []}.values():
+            found.note("documents", hit.id, "govern", "dropped", hidden.documents[hit.parent])
         # no count of the hits in the route: they are counted before governance, so a count would tell a caller
         # how many sections it may not see hold the question's words (a count needs no id to answer that)
         candidates = self._fuse(query, tools, found, vector_hits, text_hits)
@@ -158,13 +211,21 @@ class DocumentsSource:
                 and query.depth != "fast")  # fmt: skip
 
     @staticmethod
-    def _text_search(store: Store, org: str, text: str, limit: int) -> list[Hit]:
-        """Full-text hits; sections holding an exact code from the question rank first."""
-        hits = store.search_text("section", text, org=org, limit=limit)
+    def _vector_search(store: Store, org: str, vector: np.ndarray, limit: int, hidden: Hidden,
+                       withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
+        """The nearest sections the caller may see."""
+        return hidden.top(lambda n: store.search_vectors("section", vector, org=org, limit=n), limit, withheld)
+
+    @staticmethod
+    def _text_search(store: Store, org: str, text: str, limit: int, hidden: Hidden,
+                     withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
+        """Full-text hits among the sections the caller may see; those holding an exact code from the
+        question rank first."""
+        hits = hidden.top(lambda n: store.search_text("section", text, org=org, limit=n), limit, withheld)
         exact = codes(text)
         if not exact:
             return hits
-        first = store.search_text("section", " ".join(exact), org=org, limit=limit)
+        first = hidden.top(lambda n: store.search_text("section", " ".join(exact), org=org, limit=n), limit, withheld)
         seen = {h.id for h in first}
         return first + [h for h in hits if h.id not in seen]
 
@@ -249,9 +310,13 @@ class DocumentsSource:
     def _filtered(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[SectionCandidate]:
         filters = query.filters
         assert filters is not None  # filter mode without a question has the caller's filters (plan checks)
+        # the first documents that match among those the caller may see: hidden ones must not take their places
+        limit = query.settings.max_fetch_ids
+        hidden = hidden_documents(query, tools.store)
         documents = tools.store.find_documents(
-            org=query.org, doc_types=filters.doc_types, tags=filters.tags, limit=query.settings.max_fetch_ids
+            org=query.org, doc_types=filters.doc_types, tags=filters.tags, limit=limit + len(hidden.documents)
         )
+        documents = [d for d in documents if d.id not in hidden.documents and query.document_verdict(d) is None][:limit]
         return self._whole(query, tools, found, documents)
 
     def _whole(self, query: SourceQuery, tools: SourceTools, found: Found, documents: list[Document]) -> list[SectionCandidate]:
@@ -321,3 +386,9 @@ class DocumentsSource:
         scores = {h.id: h.score for h in hits}
         for c in candidates:
             c.adapted = scores.get(c.section_id)
+
+
+def _done(value: Any) -> Future[Any]:
+    future: Future[Any] = Future()
+    future.set_result(value)
+    return future

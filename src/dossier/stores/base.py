@@ -47,6 +47,19 @@ class Hit:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentAccess:
+    """Who may see a document that not everyone of its org may (:meth:`StoreReader.restricted_documents`),
+    with how many sections it holds: what a search needs to leave it out of a caller's best hits."""
+
+    id: str
+    org: str
+    is_system: bool
+    visible_to_roles: tuple[str, ...] | None
+    attached_record: str | None
+    sections: int
+
+
+@dataclass(frozen=True, slots=True)
 class EdgeHop:
     edge: Edge
     hops: int
@@ -170,6 +183,10 @@ class StoreReader(Protocol):
         self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int
     ) -> list[Document]:
         """Documents of any of ``doc_types`` (if given) carrying any of ``tags`` (if given), by id."""
+
+    def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
+        """The documents of ``org`` some of its callers may not see (system documents, documents visible to
+        some roles only or attached to a record), by id: the rest are visible to every caller of the org."""
 
     # -- records -----------------------------------------------------------------------------------
     def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:

@@ -46,7 +46,7 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (VECTOR_KINDS, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, text_scope_asked,
+from .base import (VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, text_scope_asked,
                    walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
@@ -491,6 +491,23 @@ class PostgresStore:
             params.append(list(tags))
         rows = self._query(org, f"SELECT id FROM documents WHERE {where} ORDER BY id LIMIT %b", [*params, int(limit)])
         return self.get_documents([r[0] for r in rows], org=org)
+
+    def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
+        require_org(org, "restricted_documents")
+        rows = self._query(
+            org,
+            "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record, "
+            "(SELECT count(*) FROM sections s WHERE s.org = d.org AND s.document = d.id) FROM documents d "
+            "WHERE d.org = %b AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL) "
+            "ORDER BY d.id",
+            [org],
+        )
+        return [
+            DocumentAccess(id=r[0], org=org, is_system=bool(r[1]),
+                           visible_to_roles=None if r[2] is None else tuple(r[2]), attached_record=r[3],
+                           sections=int(r[4]))  # fmt: skip
+            for r in rows
+        ]
 
     # -- records -----------------------------------------------------------------------------------
     def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
-from .base import (EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, text_scope_asked,
+from .base import (DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, text_scope_asked,
                    walk_edges)
 from .fulltext import fts5_query, terms
 from .sqlite_cache import GenerationCache, document_chars, memory_chars
@@ -430,6 +430,22 @@ class SQLiteStore:
             params.extend(tags)
         ids = [r[0] for r in self._query(sql + " ORDER BY id LIMIT ?", [*params, int(limit)])]
         return self.get_documents(ids, org=org)
+
+    def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
+        require_org(org, "restricted_documents")
+        rows = self._query(
+            "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record, "
+            "(SELECT count(*) FROM sections s WHERE s.org = d.org AND s.document = d.id) FROM documents d "
+            "WHERE d.org = ? AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL) "
+            "ORDER BY d.id",
+            [org],
+        )
+        return [
+            DocumentAccess(id=r[0], org=org, is_system=bool(r[1]),
+                           visible_to_roles=None if r[2] is None else tuple(json.loads(r[2])), attached_record=r[3],
+                           sections=int(r[4]))  # fmt: skip
+            for r in rows
+        ]
 
     # -- records -----------------------------------------------------------------------------------
     def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:
