@@ -55,9 +55,11 @@ def test_a_session_belongs_to_its_org(sample: dossier.Engine) -> None:
     page = sample.retrieve({"continuation": first.continuation, "budget": {"totalTokens": 300}}, org="northwind",
                            caller="ben")  # same org: fine  # fmt: skip
     assert page.mode == "expand" and page.continuation is not None
-    assert not {"opened_by", "page", "returned_before"} & set(page.route["session"].detail)  # nothing of ana's call
+    # nothing of ana's call, nor how much waits in her session
+    assert not {"opened_by", "page", "returned_before", "remaining"} & set(page.route["session"].detail)
     own = sample.retrieve({"continuation": page.continuation}, org="northwind", caller="ana")
     assert own.route["session"].detail["opened_by"] == first.call_id and own.route["session"].detail["page"] == 3
+    assert own.continuation is None or own.route["session"].detail["remaining"] > 0
 
 
 def test_a_session_expires_when_idle(sample: dossier.Engine) -> None:

@@ -126,7 +126,9 @@ def _save(call: Call, restored: Restored | None, left: dict[str, list[Any]]) -> 
     session = Session(id=sid, org=call.org, caller=owner, call_id=opened_by,  # the caller that opened it, kept
                       state=json.dumps(state, separators=(",", ":")), created_at=created, last_used=now)  # fmt: skip
     store.put_session(session, idle_before=now - call.settings.service.session_idle_seconds)
-    remaining = {"remaining": sum(len(v) for v in left.values())}
+    # how many items wait is the opener's to know: what waits was governed for the opener, and a source this
+    # page left out holds items not yet governed for another caller
+    remaining = {"remaining": sum(len(v) for v in left.values())} if owner == call.caller.id else {}
     if restored is None:  # a new session (an expand call's route was opened by restore_session)
         call.decide("session", ran=True, backend="session", detail=remaining)
     else:
