@@ -40,17 +40,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import (
-    BundleError,
-    DossierError,
-    Forbidden,
-    InvalidRequest,
-    NotFound,
-    ProviderError,
-    StoreError,
-    Unauthorized,
-    UsageError,
-)
+from .errors import BundleError, DossierError, InvalidRequest, Unauthorized, http_status
 from .identifiers import clip
 from .inspector import routes as inspector_routes
 from .schema import RetrieveRequest, RetrieveResponse
@@ -434,27 +424,20 @@ def _errors(app: FastAPI, service: Service) -> None:
 
 
 def _for(exc: DossierError) -> JSONResponse:
-    """The status and body of a :class:`DossierError`."""
-    if isinstance(exc, Unauthorized):
-        return _detail(401, str(exc))
-    if isinstance(exc, Forbidden):
-        return _detail(403, str(exc))
-    if isinstance(exc, NotFound):
-        return _detail(404, str(exc))
+    """The status (:func:`~dossier.errors.http_status`) and body of a :class:`DossierError`."""
+    status = http_status(exc)
     if isinstance(exc, BundleError):
         first = exc.problems[0] if exc.problems else None
         field = f"{first.kind}:{first.item_id}" if first and first.item_id else (first.kind if first else None)
         problems = [_text(str(p), MESSAGE_ECHO) for p in exc.problems[:100]]
-        return _detail(422, str(exc), field, problems=problems)
-    if isinstance(exc, InvalidRequest):
-        return _detail(422, str(exc), exc.field)
-    if isinstance(exc, UsageError):
-        return _detail(422, str(exc), None)
-    if isinstance(exc, StoreError):
-        return _detail(503, f"the store is unavailable: {type(exc).__name__}")
-    if isinstance(exc, ProviderError):
-        return _detail(502, f"a model provider failed: {type(exc).__name__}")
-    return _detail(500, f"internal error: {type(exc).__name__}")
+        return _detail(status, str(exc), field, problems=problems)
+    if status == 503:
+        return _detail(status, f"the store is unavailable: {type(exc).__name__}")
+    if status == 502:
+        return _detail(status, f"a model provider failed: {type(exc).__name__}")
+    if status == 500:
+        return _detail(status, f"internal error: {type(exc).__name__}")
+    return _detail(status, str(exc), getattr(exc, "field", None) if isinstance(exc, InvalidRequest) else None)
 
 
 # -- strict JSON -------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from .bundle import LABEL_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
-from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError
+from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError, http_status
 from .identifiers import IdentifierKind, clip
 from .loading import LoadReport, document_from_markdown
 from .pipeline.visibility import verdict
@@ -269,15 +269,8 @@ class Service:
         with a 4xx: another org's or an unknown item, a forbidden write, an invalid value); a fault of the
         store or of a model provider is not a refusal, and an error the call already audited is not
         audited again."""
-        if isinstance(error, Unauthorized):
-            status = 401
-        elif isinstance(error, Forbidden):
-            status = 403
-        elif isinstance(error, NotFound):
-            status = 404
-        elif isinstance(error, UsageError):
-            status = 422
-        else:
+        status = http_status(error)
+        if status >= 500:
             return
         if isinstance(error, BundleError):
             field = error.problems[0].kind if error.problems else None
