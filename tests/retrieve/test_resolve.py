@@ -69,3 +69,24 @@ def test_unknown_record_returns_no_record_sources(sample_engine: dossier.Engine)
     assert response.record is None
     assert response.sources["memories"].status == "skipped"
     assert response.route["resolve"].detail["not_found"]
+
+
+def test_an_identifier_naming_several_live_records_says_which_others(fresh_engine: dossier.Engine) -> None:
+    """Two live contacts share an email: the call is about the first by id, and the route names the other.
+    One merged into the first, one pending deletion and a company sharing the address are no other."""
+    def contact(rid: str, **fields: object) -> dict:
+        return {"id": rid, "org": "northwind", "kind": "contact", "identifiers": {"email": "desk@acme.com"}, **fields}
+
+    fresh_engine.load_bundle({"records": [
+        contact("rec-desk-b"), contact("rec-desk-a"), contact("rec-desk-old", merged_into="rec-desk-a"),
+        contact("rec-desk-gone", pending_deletion=True), contact("rec-desk-co", kind="company"),
+    ]})  # fmt: skip
+    response = ask(fresh_engine, {"email": "Desk@Acme.com"})
+    assert response.record is not None and response.record.id == "rec-desk-a"
+    assert response.route["resolve"].detail["ambiguous"] == ["rec-desk-b"]
+    assert response.partial is False  # said, not a failure
+
+
+def test_an_identifier_whose_matches_are_one_record_is_not_ambiguous(sample_engine: dossier.Engine) -> None:
+    for record in ({"email": "jane@acme.com"}, {"email": "jane.doe@acme.com"}, {"website": "acme.com"}):
+        assert "ambiguous" not in ask(sample_engine, record).route["resolve"].detail, record

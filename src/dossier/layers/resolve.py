@@ -30,6 +30,9 @@ def resolve(call: Call) -> None:
         call.decide("resolve", detail={"not_found": f"no record with {kind} {value!r}"})
         return
     record = _follow_merges(call, found[0])
+    others = _others(call, found, record)
+    if others:  # the identifier names more than one live record: say which others, not leave the caller to guess
+        call.decide("resolve", detail={"ambiguous": others})
     if record.pending_deletion:
         call.resolution = Resolution(record=record, tombstone=True)
         call.decide("resolve", detail={"tombstone": True})
@@ -45,17 +48,37 @@ def resolve(call: Call) -> None:
 
 
 def _follow_merges(call: Call, record: Record) -> Record:
+    record, chain, broken = _survivor(call, record)
+    if broken:
+        call.decide("resolve", detail={"merge_error": f"merge chain of {chain[0]!r} breaks at {record.merged_into!r}"})
+    if len(chain) > 1:
+        call.decide("resolve", detail={"merged_chain": chain})
+    return record
+
+
+def _survivor(call: Call, record: Record) -> tuple[Record, list[str], bool]:
+    """The record ``record`` was merged into, directly or not; the chain of ids; whether the chain broke."""
     chain = [record.id]
     while record.merged_into and len(chain) <= MAX_MERGE_CHAIN:
         survivors = call.store.get_records([record.merged_into], org=call.org)
         if not survivors or survivors[0].id in chain:
-            call.decide("resolve", detail={"merge_error": f"merge chain of {chain[0]!r} breaks at {record.merged_into!r}"})
-            break
+            return record, chain, True
         record = survivors[0]
         chain.append(record.id)
-    if len(chain) > 1:
-        call.decide("resolve", detail={"merged_chain": chain})
-    return record
+    return record, chain, False
+
+
+def _others(call: Call, found: list[Record], chosen: Record) -> list[str]:
+    """Other live records of the chosen one's kind that the same identifier names (each after its merges),
+    in the order they were ranked: none when every match is the chosen record or merged into it."""
+    others: list[str] = []
+    for record in found[1:]:
+        if record.kind != found[0].kind:
+            continue
+        survivor = _survivor(call, record)[0] if record.merged_into else record
+        if survivor.id != chosen.id and not survivor.pending_deletion and survivor.id not in others:
+            others.append(survivor.id)
+    return others
 
 
 def record_domain(record: Record) -> str | None:
