@@ -174,3 +174,19 @@ def test_an_engine_call_answers_from_what_the_caller_may_see(store_url: str) -> 
                                  org="northwind", caller="ana")  # fmt: skip
     sections = answer.items("documents")
     assert sections and not any(s.document_id.startswith("doc-aa-flood") for s in sections)
+
+
+def test_when_what_the_caller_may_not_see_cannot_be_read_the_documents_source_fails_closed(store_url: str) -> None:
+    """No list of restricted documents, no search: the source fails (the route says so), nothing is returned
+    from the documents, and the rest of the call stands."""
+    from tests.retrieve.faults import FaultyStore, always
+
+    flooded, _ = _bundles()
+    with dossier.open(store_url, embedder=HashEmbedder()) as engine:
+        engine.load_bundle(flooded)
+        engine.store = FaultyStore(engine.store, {"restricted_documents": always})  # type: ignore[assignment]
+        answer = engine.retrieve({"message": QUESTIONS[1], "record": {"email": "jane@acme.com"}, "trace": True},
+                                 org="northwind", caller="ana")  # fmt: skip
+    assert answer.sources["documents"].status == "error" and answer.items("documents") == []
+    assert answer.partial and answer.items("memories")
+    assert not any(t.source == "documents" for t in answer.trace or [])
