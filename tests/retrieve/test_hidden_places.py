@@ -39,7 +39,9 @@ QUESTIONS = [
     "What is the refund window after cancellation?",
     "How do we beat Contoso?",
 ]
-FLOOD = 45  # more than the searches' places (document_candidates 30) and than a filter's documents (20)
+#: more than the searches' places (document_candidates 30) and than a filter's documents (20): 45 are read past
+#: (a search asks for every hidden section more), 100 make a search hold to the visible documents
+FLOODS = (45, 100)
 
 
 def _may_see(document: dict) -> bool:
@@ -51,12 +53,12 @@ def _may_see(document: dict) -> bool:
     return document.get("attached_record") in (None, RECORD)
 
 
-def _bundles() -> tuple[dict, dict]:
+def _bundles(flood: int = FLOODS[0]) -> tuple[dict, dict]:
     """The sample org with a flood of sections only the legal role may see (``northwind``), and a copy
     of the org with the documents this test's caller may see alone (``eastwind``)."""
     sample = json.loads(SAMPLE.read_text())
     flooded = copy.deepcopy(sample)
-    for i in range(FLOOD):
+    for i in range(flood):
         flooded["documents"].append({
             "id": f"doc-aa-flood-{i:02d}", "org": "northwind", "title": f"Pricing discount rules {i}",
             "doc_type": "guideline", "tags": ["pricing"], "visible_to_roles": ["legal"],
@@ -72,9 +74,9 @@ def _bundles() -> tuple[dict, dict]:
     return flooded, mine
 
 
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    flooded, mine = _bundles()
+@pytest.fixture(params=FLOODS)
+def store(store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    flooded, mine = _bundles(request.param)
     with dossier.open(store_url, embedder=HashEmbedder()) as engine:
         engine.load_bundle(flooded)
         engine.load_bundle(mine)
@@ -117,7 +119,7 @@ def _by_words(store: Store, query: SourceQuery) -> list[str]:
 
 def _best_visible_words(store: Store, org: str, question: str) -> list[str]:
     """The org's own full-text ranking of every section, without what the caller may not see."""
-    hidden = {d["id"] for d in _bundles()[0]["documents"] if d["org"] == org and not _may_see(d)}
+    hidden = {d["id"] for d in _bundles(max(FLOODS))[0]["documents"] if d["org"] == org and not _may_see(d)}
     hits = store.search_text("section", question, org=org, limit=1000)
     return [h.id for h in hits if h.parent not in hidden][: Settings().document_candidates]
 
@@ -190,3 +192,34 @@ def test_when_what_the_caller_may_not_see_cannot_be_read_the_documents_source_fa
     assert answer.sources["documents"].status == "error" and answer.items("documents") == []
     assert answer.partial and answer.items("memories")
     assert not any(t.source == "documents" for t in answer.trace or [])
+
+
+class _Spy:
+    """The real store, with every section search's ``parents`` noted."""
+
+    def __init__(self, store: Store) -> None:
+        self._store, self.parents = store, []  # type: list[frozenset[str] | None]
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._store, name)
+        if name not in ("search_vectors", "search_text"):
+            return target
+
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            parents = kwargs.get("parents")
+            self.parents.append(None if parents is None else frozenset(parents))
+            return target(*args, **kwargs)
+
+        return noted
+
+
+def test_how_a_crowded_search_reads_past_the_hidden_sections(store: Store) -> None:
+    """A few hidden sections more than the places: asked for every one of them more; many more: held to the
+    visible documents (the sample's and none of the flood), so it costs what they hold."""
+    flood = len([i for i in store.document_ids(org="northwind") if i.startswith("doc-aa-flood")])
+    spy = _Spy(store)
+    found = DocumentsSource().recall(_query("northwind", QUESTIONS[0]), _tools(spy))  # type: ignore[arg-type]
+    assert found.items and found.error is None
+    visible = frozenset(d["id"] for d in _bundles(flood)[0]["documents"] if d["org"] == "northwind" and _may_see(d))
+    held = [p for p in spy.parents if p == visible]
+    assert len(held) == (2 if flood > 3 * Settings().document_candidates else 0)  # the vector and full-text searches

@@ -41,6 +41,7 @@ READER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
     "get_documents": lambda s, org: s.get_documents(["d-discounts"], org=org),
     "find_documents": lambda s, org: s.find_documents(org=org, limit=5),
     "restricted_documents": lambda s, org: s.restricted_documents(org=org),
+    "document_ids": lambda s, org: s.document_ids(org=org),
     "find_records": lambda s, org: s.find_records("email", "jane.doe@acme.com", org=org),
     "records_by_domain": lambda s, org: s.records_by_domain("acme.com", org=org, limit=5),
     "merged_from": lambda s, org: s.merged_from("r-jane", org=org),
@@ -111,6 +112,8 @@ class ReaderContract:
         ]
         assert [d.id for d in store.restricted_documents(org="beta")] == ["d-zebra"]
         assert store.restricted_documents(org="nobody") == []
+        assert store.document_ids(org="acme") == ["d-discounts", "d-education", "d-refunds", "d-system"]
+        assert store.document_ids(org="beta") == ["d-zebra"] and store.document_ids(org="nobody") == []
 
     # -- records ---------------------------------------------------------------------------------------
     @pytest.mark.parametrize(

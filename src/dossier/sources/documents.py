@@ -45,24 +45,36 @@ class Hidden:
 
     documents: Mapping[str, str] = field(default_factory=dict)  # document id -> why the caller may not see it
     sections: int = 0
+    #: every document id of the org (read only where a search must be held to the visible ones)
+    everything: Callable[[], list[str]] = list
 
-    def top(self, search: Callable[[int], list[Hit]], limit: int, withheld: list[Hit] | None = None) -> list[Hit]:
-        """The best ``limit`` hits of ``search(n)`` (its best ``n``, best first) in documents this caller may
-        see. Hidden hits are removed from a longer search, asked longer while they push visible ones out,
-        until it covers every hidden section (then the visible ones it holds are the best there are).
-        ``withheld`` (the operator's full evidence only) gets the hidden hits among the first ``limit``."""
+    def top(self, search: Callable[[int, list[str] | None], list[Hit]], limit: int,
+            withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
+        """The best ``limit`` hits of ``search(n, parents)`` (its best ``n``, best first, among the sections
+        of ``parents``, None: of every document) in documents this caller may see. The hidden hits are
+        removed from a longer search; where they still push visible ones out, a search of ``limit`` plus
+        every hidden section when they are few (its visible hits are then the best there are), else a search
+        among the visible documents alone. ``withheld`` (the operator's full evidence only) gets the hidden
+        hits among the first ``limit``."""
         if not self.documents or limit <= 0:
-            return search(limit)
-        most = limit + self.sections
+            return search(limit, None)
         asked = limit + min(self.sections, limit)
-        while True:
-            hits = search(asked)
-            visible = [h for h in hits if h.parent not in self.documents]
-            if withheld is not None and asked == limit + min(self.sections, limit):
-                withheld.extend(h for h in hits[:limit] if h.parent in self.documents)
-            if len(visible) >= limit or len(hits) < asked or asked >= most:
-                return visible[:limit]
-            asked = min(2 * asked, most)
+        hits = search(asked, None)
+        visible = [h for h in hits if h.parent not in self.documents]
+        if withheld is not None:
+            withheld.extend(h for h in hits[:limit] if h.parent in self.documents)
+        if len(visible) >= limit or len(hits) < asked or self.sections <= limit:
+            return visible[:limit]
+        if self.sections <= _MORE_HIDDEN * limit:
+            hits = search(limit + self.sections, None)
+            return [h for h in hits if h.parent not in self.documents][:limit]
+        shown = [i for i in self.everything() if i not in self.documents]
+        return search(limit, shown)[:limit] if shown else []
+
+
+#: hidden sections, as a multiple of a search's places, up to which a crowded search asks for every one of
+#: them more; beyond, it searches among the visible documents instead (its cost what they hold)
+_MORE_HIDDEN = 3
 
 
 def hidden_documents(query: SourceQuery, store: Store) -> Hidden:
@@ -70,7 +82,8 @@ def hidden_documents(query: SourceQuery, store: Store) -> Hidden:
     restricted = store.restricted_documents(org=query.org)
     verdicts = {d.id: query.document_verdict(d) for d in restricted}
     hidden = {i: why for i, why in verdicts.items() if why is not None}
-    return Hidden(MappingProxyType(hidden), sum(d.sections for d in restricted if d.id in hidden))
+    return Hidden(MappingProxyType(hidden), sum(d.sections for d in restricted if d.id in hidden),
+                  lambda: store.document_ids(org=query.org))  # fmt: skip
 
 
 def matches(document: Document, filters: Filters | None) -> bool:
@@ -214,18 +227,21 @@ class DocumentsSource:
     def _vector_search(store: Store, org: str, vector: np.ndarray, limit: int, hidden: Hidden,
                        withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
         """The nearest sections the caller may see."""
-        return hidden.top(lambda n: store.search_vectors("section", vector, org=org, limit=n), limit, withheld)
+        return hidden.top(lambda n, among: store.search_vectors("section", vector, org=org, limit=n, parents=among),
+                          limit, withheld)  # fmt: skip
 
     @staticmethod
     def _text_search(store: Store, org: str, text: str, limit: int, hidden: Hidden,
                      withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
         """Full-text hits among the sections the caller may see; those holding an exact code from the
         question rank first."""
-        hits = hidden.top(lambda n: store.search_text("section", text, org=org, limit=n), limit, withheld)
+        hits = hidden.top(lambda n, among: store.search_text("section", text, org=org, limit=n, parents=among),
+                          limit, withheld)  # fmt: skip
         exact = codes(text)
         if not exact:
             return hits
-        first = hidden.top(lambda n: store.search_text("section", " ".join(exact), org=org, limit=n), limit, withheld)
+        first = hidden.top(lambda n, among: store.search_text("section", " ".join(exact), org=org, limit=n, parents=among),
+                           limit, withheld)  # fmt: skip
         seen = {h.id for h in first}
         return first + [h for h in hits if h.id not in seen]
 

@@ -184,6 +184,9 @@ class StoreReader(Protocol):
     ) -> list[Document]:
         """Documents of any of ``doc_types`` (if given) carrying any of ``tags`` (if given), by id."""
 
+    def document_ids(self, *, org: str) -> list[str]:
+        """The ids of every document of ``org``, sorted."""
+
     def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
         """The documents of ``org`` some of its callers may not see (system documents, documents visible to
         some roles only or attached to a record), by id: the rest are visible to every caller of the org."""

@@ -492,6 +492,10 @@ class PostgresStore:
         rows = self._query(org, f"SELECT id FROM documents WHERE {where} ORDER BY id LIMIT %b", [*params, int(limit)])
         return self.get_documents([r[0] for r in rows], org=org)
 
+    def document_ids(self, *, org: str) -> list[str]:
+        require_org(org, "document_ids")
+        return [r[0] for r in self._query(org, "SELECT id FROM documents WHERE org = %b ORDER BY id", [org])]
+
     def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
         require_org(org, "restricted_documents")
         rows = self._query(

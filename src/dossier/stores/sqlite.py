@@ -431,6 +431,10 @@ class SQLiteStore:
         ids = [r[0] for r in self._query(sql + " ORDER BY id LIMIT ?", [*params, int(limit)])]
         return self.get_documents(ids, org=org)
 
+    def document_ids(self, *, org: str) -> list[str]:
+        require_org(org, "document_ids")
+        return [r[0] for r in self._query("SELECT id FROM documents WHERE org = ? ORDER BY id", [org])]
+
     def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
         require_org(org, "restricted_documents")
         rows = self._query(
