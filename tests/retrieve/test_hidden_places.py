@@ -223,3 +223,29 @@ def test_how_a_crowded_search_reads_past_the_hidden_sections(store: Store) -> No
     visible = frozenset(d["id"] for d in _bundles(flood)[0]["documents"] if d["org"] == "northwind" and _may_see(d))
     held = [p for p in spy.parents if p == visible]
     assert len(held) == (2 if flood > 3 * Settings().document_candidates else 0)  # the vector and full-text searches
+
+
+def test_a_filtered_question_searches_among_the_documents_its_filters_match(store_url: str) -> None:
+    """Sections every caller may see but the filters exclude take no places either: the searches are held
+    to the documents the filters match (here a hundred sections of another tag fill the org's best places)."""
+    flooded, mine = _bundles(0)
+    for i in range(100):
+        flooded["documents"].append({
+            "id": f"doc-ab-open-{i:03d}", "org": "northwind", "title": f"Refund window rules {i}", "tags": ["open"],
+            "sections": [{"id": f"open-{i:03d}", "heading": "Refund window after cancellation",
+                          "text": f"What is the refund window after cancellation? Case {i}."}],
+        })  # fmt: skip
+    refunds = Filters(tags=["refunds"])
+    with dossier.open(store_url, embedder=HashEmbedder()) as engine:
+        engine.load_bundle(flooded)
+        engine.load_bundle(mine)
+        store = engine.store
+        question = QUESTIONS[2]
+        crowded = store.search_vectors("section", HashEmbedder().embed_batch([question], kind="query")[0],
+                                       org="northwind", limit=90)  # fmt: skip
+        assert all(h.parent.startswith("doc-ab-open") for h in crowded), "the premise: the open flood holds 90 places"
+        found = _found(store, _query("northwind", question, filters=refunds))
+        tagged = {d["id"] for d in flooded["documents"] if "refunds" in d.get("tags", []) and _may_see(d)}
+        assert found and {c.document_id for c in found} <= tagged
+        assert _candidates(store, _query("northwind", question, filters=refunds)) == _candidates(
+            store, _query("eastwind", question, filters=refunds))

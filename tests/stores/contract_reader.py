@@ -114,6 +114,8 @@ class ReaderContract:
         assert store.restricted_documents(org="nobody") == []
         assert store.document_ids(org="acme") == ["d-discounts", "d-education", "d-refunds", "d-system"]
         assert store.document_ids(org="beta") == ["d-zebra"] and store.document_ids(org="nobody") == []
+        assert store.document_ids(org="acme", doc_types=["policy", "contract"]) == ["d-discounts", "d-refunds"]
+        assert store.document_ids(org="acme", tags=["training", "sales"], limit=1) == ["d-discounts"]
 
     # -- records ---------------------------------------------------------------------------------------
     @pytest.mark.parametrize(

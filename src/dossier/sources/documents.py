@@ -47,6 +47,9 @@ class Hidden:
     sections: int = 0
     #: every document id of the org (read only where a search must be held to the visible ones)
     everything: Callable[[], list[str]] = list
+    #: a filtered question's scope: the documents its filters match that the caller may see, where they are
+    #: few enough to search among (None: the org's, the filters applied to the hits)
+    within: tuple[str, ...] | None = None
 
     def top(self, search: Callable[[int, list[str] | None], list[Hit]], limit: int,
             withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
@@ -55,7 +58,9 @@ class Hidden:
         removed from a longer search; where they still push visible ones out, a search of ``limit`` plus
         every hidden section when they are few (its visible hits are then the best there are), else a search
         among the visible documents alone. ``withheld`` (the operator's full evidence only) gets the hidden
-        hits among the first ``limit``."""
+        hits among the first ``limit``. A filtered question's search is held to its scope (``within``)."""
+        if self.within is not None:
+            return search(limit, list(self.within)) if self.within and limit > 0 else []
         if not self.documents or limit <= 0:
             return search(limit, None)
         asked = limit + min(self.sections, limit)
@@ -75,15 +80,27 @@ class Hidden:
 #: hidden sections, as a multiple of a search's places, up to which a crowded search asks for every one of
 #: them more; beyond, it searches among the visible documents instead (its cost what they hold)
 _MORE_HIDDEN = 3
+#: documents a filtered question's searches are held to at most (more: the org's searched, the filters applied
+#: to three times the hits)
+FILTERED_DOCUMENTS = 500
 
 
 def hidden_documents(query: SourceQuery, store: Store) -> Hidden:
-    """What of ``query.org`` its caller may not see (the one rule, on the store's access rows)."""
+    """What of ``query.org`` its caller may not see (the one rule, on the store's access rows), and a
+    filtered question's scope: the visible documents its filters match, where they are few enough."""
     restricted = store.restricted_documents(org=query.org)
     verdicts = {d.id: query.document_verdict(d) for d in restricted}
     hidden = {i: why for i, why in verdicts.items() if why is not None}
+    within = None
+    filters = query.filters
+    if filters is not None and not filters.empty:
+        most = FILTERED_DOCUMENTS + len(hidden) + 1
+        matching = store.document_ids(org=query.org, doc_types=filters.doc_types, tags=filters.tags, limit=most)
+        visible = tuple(i for i in matching if i not in hidden)
+        if len(matching) < most and len(visible) <= FILTERED_DOCUMENTS:
+            within = visible
     return Hidden(MappingProxyType(hidden), sum(d.sections for d in restricted if d.id in hidden),
-                  lambda: store.document_ids(org=query.org))  # fmt: skip
+                  lambda: store.document_ids(org=query.org), within)  # fmt: skip
 
 
 def matches(document: Document, filters: Filters | None) -> bool:
@@ -117,8 +134,8 @@ class DocumentsSource:
         (``long_text_read``), and the vector search waits for recall. :meth:`_search` takes them."""
         if query.mode == "fetch" or not query.message:
             return {}
-        text, limit = self._query_and_limit(query)
         hidden, withheld = self._hidden(query, tools.store)
+        text, limit = self._query_and_limit(query, hidden)
         out: dict[str, Future[Any]] = {"documents.hidden": _done((hidden, withheld))}
         concurrent = tools.store.concurrent_reads
         # the vector search in the background where the store reads concurrently (on SQLite it would wait
@@ -144,15 +161,18 @@ class DocumentsSource:
         return hidden_documents(query, store), [] if query.full_trace else None
 
     @staticmethod
-    def _query_and_limit(query: SourceQuery) -> tuple[str, int]:
+    def _query_and_limit(query: SourceQuery, hidden: Hidden) -> tuple[str, int]:
+        """The text searched, and how many hits each search takes: three times the places where filters
+        apply to the org's hits, the places themselves where the search is held to what they match."""
         text = query.document_query or query.message
-        return text, query.settings.document_candidates * (3 if query.filters else 1)
+        applied = query.filters is not None and not query.filters.empty and hidden.within is None
+        return text, query.settings.document_candidates * (3 if applied else 1)
 
     # -- search ------------------------------------------------------------------------------------
     def _search(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[SectionCandidate]:
-        text, limit = self._query_and_limit(query)
         filters, store, org = query.filters, tools.store, query.org
         hidden, withheld = tools.take("documents.hidden", lambda: self._hidden(query, store))
+        text, limit = self._query_and_limit(query, hidden)
         vector = tools.embed_query(text)
         informed = self._informed(query, tools, vector)
         if informed is not None:
@@ -193,7 +213,7 @@ class DocumentsSource:
         self._score_lexical_only(query, tools, found, candidates, vector)
         if failed_vectors:
             self._rank_by_meaning(candidates)
-        kept = self._apply_filters(query, tools, found, candidates, filters)
+        kept = candidates if hidden.within is not None else self._apply_filters(query, tools, found, candidates, filters)
         self._adapt(query, tools, found, kept, vector, limit=500)
         return kept
 

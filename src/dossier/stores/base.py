@@ -184,8 +184,11 @@ class StoreReader(Protocol):
     ) -> list[Document]:
         """Documents of any of ``doc_types`` (if given) carrying any of ``tags`` (if given), by id."""
 
-    def document_ids(self, *, org: str) -> list[str]:
-        """The ids of every document of ``org``, sorted."""
+    def document_ids(
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None
+    ) -> list[str]:
+        """The ids of the documents :meth:`find_documents` finds (every document of ``org`` without filters),
+        sorted, the first ``limit`` (None: all)."""
 
     def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
         """The documents of ``org`` some of its callers may not see (system documents, documents visible to

@@ -481,6 +481,12 @@ class PostgresStore:
         self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int
     ) -> list[Document]:
         require_org(org, "find_documents")
+        return self.get_documents(self.document_ids(org=org, doc_types=doc_types, tags=tags, limit=limit), org=org)
+
+    def document_ids(
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None
+    ) -> list[str]:
+        require_org(org, "document_ids")
         where = "org = %b"
         params: list[Any] = [org]
         if doc_types:
@@ -489,12 +495,10 @@ class PostgresStore:
         if tags:
             where += " AND tags && %b::text[]"
             params.append(list(tags))
+        if limit is None:
+            return [r[0] for r in self._query(org, f"SELECT id FROM documents WHERE {where} ORDER BY id", params)]
         rows = self._query(org, f"SELECT id FROM documents WHERE {where} ORDER BY id LIMIT %b", [*params, int(limit)])
-        return self.get_documents([r[0] for r in rows], org=org)
-
-    def document_ids(self, *, org: str) -> list[str]:
-        require_org(org, "document_ids")
-        return [r[0] for r in self._query(org, "SELECT id FROM documents WHERE org = %b ORDER BY id", [org])]
+        return [r[0] for r in rows]
 
     def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
         require_org(org, "restricted_documents")

@@ -421,6 +421,12 @@ class SQLiteStore:
         self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int
     ) -> list[Document]:
         require_org(org, "find_documents")
+        return self.get_documents(self.document_ids(org=org, doc_types=doc_types, tags=tags, limit=limit), org=org)
+
+    def document_ids(
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None
+    ) -> list[str]:
+        require_org(org, "document_ids")
         sql, params = "SELECT id FROM documents WHERE org = ?", [org]
         if doc_types:
             sql += f" AND doc_type IN ({','.join('?' * len(doc_types))})"
@@ -428,12 +434,8 @@ class SQLiteStore:
         if tags:
             sql += f" AND EXISTS (SELECT 1 FROM json_each(documents.tags) WHERE value IN ({','.join('?' * len(tags))}))"
             params.extend(tags)
-        ids = [r[0] for r in self._query(sql + " ORDER BY id LIMIT ?", [*params, int(limit)])]
-        return self.get_documents(ids, org=org)
-
-    def document_ids(self, *, org: str) -> list[str]:
-        require_org(org, "document_ids")
-        return [r[0] for r in self._query("SELECT id FROM documents WHERE org = ? ORDER BY id", [org])]
+        sql += " ORDER BY id" if limit is None else " ORDER BY id LIMIT ?"
+        return [r[0] for r in self._query(sql, params if limit is None else [*params, int(limit)])]
 
     def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
         require_org(org, "restricted_documents")
