@@ -346,13 +346,17 @@ class DocumentsSource:
     def _filtered(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[SectionCandidate]:
         filters = query.filters
         assert filters is not None  # filter mode without a question has the caller's filters (plan checks)
-        # the first documents that match among those the caller may see: hidden ones must not take their places
+        # the first documents that match among those the caller may see: hidden ones take no places (and are
+        # not read)
         limit = query.settings.max_fetch_ids
         hidden = hidden_documents(query, tools.store)
-        documents = tools.store.find_documents(
-            org=query.org, doc_types=filters.doc_types, tags=filters.tags, limit=limit + len(hidden.documents)
-        )
-        documents = [d for d in documents if d.id not in hidden.documents and query.document_verdict(d) is None][:limit]
+        if hidden.within is not None:  # all the visible documents the filters match (read for the scope)
+            shown = list(hidden.within[:limit])
+        else:
+            ids = tools.store.document_ids(org=query.org, doc_types=filters.doc_types, tags=filters.tags,
+                                           limit=limit + len(hidden.documents))  # fmt: skip
+            shown = [i for i in ids if i not in hidden.documents][:limit]
+        documents = [d for d in tools.store.get_documents(shown, org=query.org) if query.document_verdict(d) is None]
         return self._whole(query, tools, found, documents)
 
     def _whole(self, query: SourceQuery, tools: SourceTools, found: Found, documents: list[Document]) -> list[SectionCandidate]:
