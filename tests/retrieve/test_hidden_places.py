@@ -40,8 +40,8 @@ QUESTIONS = [
     "How do we beat Contoso?",
 ]
 #: more than the searches' places (document_candidates 30) and than a filter's documents (20): 45 are read past
-#: (a search asks for every hidden section more), 100 make a search hold to the visible documents
-FLOODS = (45, 100)
+#: (a search reads further), 250 make a search hold to the visible documents (past eight times its places)
+FLOODS = (45, 250)
 
 
 def _may_see(document: dict) -> bool:
@@ -60,9 +60,9 @@ def _bundles(flood: int = FLOODS[0]) -> tuple[dict, dict]:
     flooded = copy.deepcopy(sample)
     for i in range(flood):
         flooded["documents"].append({
-            "id": f"doc-aa-flood-{i:02d}", "org": "northwind", "title": f"Pricing discount rules {i}",
+            "id": f"doc-aa-flood-{i:03d}", "org": "northwind", "title": f"Pricing discount rules {i}",
             "doc_type": "guideline", "tags": ["pricing"], "visible_to_roles": ["legal"],
-            "sections": [{"id": f"flood-{i:02d}", "heading": "What discount rules apply to pricing",
+            "sections": [{"id": f"flood-{i:03d}", "heading": "What discount rules apply to pricing",
                           "text": f"What pricing did we discuss, and what discount rules apply? Refund window after "
                                   f"cancellation; how we beat Contoso on quotes, case {i}."}],
         })  # fmt: skip
@@ -214,15 +214,15 @@ class _Spy:
 
 
 def test_how_a_crowded_search_reads_past_the_hidden_sections(store: Store) -> None:
-    """A few hidden sections more than the places: asked for every one of them more; many more: held to the
-    visible documents (the sample's and none of the flood), so it costs what they hold."""
+    """A few hidden sections more than the places: read past; more than eight times the places can hold: held
+    to the visible documents (the sample's and none of the flood), so it costs what they hold."""
     flood = len([i for i in store.document_ids(org="northwind") if i.startswith("doc-aa-flood")])
     spy = _Spy(store)
     found = DocumentsSource().recall(_query("northwind", QUESTIONS[0]), _tools(spy))  # type: ignore[arg-type]
     assert found.items and found.error is None
     visible = frozenset(d["id"] for d in _bundles(flood)[0]["documents"] if d["org"] == "northwind" and _may_see(d))
     held = [p for p in spy.parents if p == visible]
-    assert len(held) == (2 if flood > 3 * Settings().document_candidates else 0)  # the vector and full-text searches
+    assert len(held) == (2 if flood > 7 * Settings().document_candidates else 0)  # the vector and full-text searches
 
 
 def test_a_filtered_question_searches_among_the_documents_its_filters_match(store_url: str) -> None:

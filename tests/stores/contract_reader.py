@@ -112,10 +112,26 @@ class ReaderContract:
         ]
         assert [d.id for d in store.restricted_documents(org="beta")] == ["d-zebra"]
         assert store.restricted_documents(org="nobody") == []
+        among = store.restricted_documents(org="acme", ids=["d-system", "d-education", "d-missing", "d-zebra"])
+        assert [d.id for d in among] == ["d-system"] and store.restricted_documents(org="acme", ids=[]) == []
         assert store.document_ids(org="acme") == ["d-discounts", "d-education", "d-refunds", "d-system"]
         assert store.document_ids(org="beta") == ["d-zebra"] and store.document_ids(org="nobody") == []
         assert store.document_ids(org="acme", doc_types=["policy", "contract"]) == ["d-discounts", "d-refunds"]
         assert store.document_ids(org="acme", tags=["training", "sales"], limit=1) == ["d-discounts"]
+
+    @pytest.mark.parametrize("roles", [(), ("sales",), ("support",), ("sales", "admin")])
+    @pytest.mark.parametrize("record_ids", [(), ("r-jane",), ("r-joe", "r-jane")])
+    def test_document_ids_for_a_caller_are_those_the_rule_lets_it_see(self, store: Store, embedder: Any,
+                                                                      roles: tuple, record_ids: tuple) -> None:  # fmt: skip
+        """The rule as a query lists exactly what :func:`verdict` lets a caller see, filtered or not."""
+        from dossier.pipeline.visibility import verdict
+
+        items = write_world(store, embedder)
+        allowed = sorted(d.id for d in items["documents"] if d.org == "acme"
+                         and verdict(d, org="acme", roles=roles, record_ids=record_ids) is None)  # fmt: skip
+        assert store.document_ids(org="acme", roles=roles, record_ids=record_ids) == allowed
+        policies = store.document_ids(org="acme", doc_types=["policy"], roles=roles, record_ids=record_ids)
+        assert policies == [i for i in allowed if i == "d-discounts"]
 
     # -- records ---------------------------------------------------------------------------------------
     @pytest.mark.parametrize(

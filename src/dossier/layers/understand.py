@@ -240,10 +240,16 @@ def _infer_filters(call: Call, ahead: Callable[[], Any] | None = None) -> Inferr
 
 def _vocabulary(call: Call) -> Filters:
     """Doc types and tags of the org-wide documents this caller may see (the model picks among them)."""
-    # the first thousand the caller may see: documents it may not see must not take their places
-    restricted = len(call.store.restricted_documents(org=call.org))
-    documents = call.store.find_documents(org=call.org, limit=1000 + restricted)
-    visible = [d for d in documents if document_verdict(call, d) is None][:1000]
+    # the first thousand the caller may see (by id): documents it may not see take no places, and are not read
+    asked = 4000
+    while True:
+        ids = call.store.document_ids(org=call.org, limit=asked)
+        restricted = {d.id: d for d in call.store.restricted_documents(org=call.org, ids=ids)}
+        shown = [i for i in ids if i not in restricted or document_verdict(call, restricted[i]) is None]
+        if len(shown) >= 1000 or len(ids) < asked:
+            break
+        asked *= 4
+    visible = [d for d in call.store.get_documents(shown[:1000], org=call.org) if document_verdict(call, d) is None]
     return Filters(doc_types=sorted({d.doc_type for d in visible}), tags=sorted({t for d in visible for t in d.tags}))
 
 

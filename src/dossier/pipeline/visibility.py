@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Collection, Protocol
 
-from ..bundle import Document
 from .call import Call
 
 
@@ -23,7 +22,7 @@ class Guarded(Protocol):
     def attached_record(self) -> str | None: ...
 
 
-def document_verdict(call: Call, document: Document | None) -> str | None:
+def document_verdict(call: Call, document: Guarded | None) -> str | None:
     """Why ``document`` must not be returned to this call's caller, or None when it may be."""
     return verdict(document, org=call.org, roles=call.caller.roles, record_ids=call.resolution.record_ids)
 

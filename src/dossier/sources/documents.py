@@ -7,10 +7,9 @@ route says which backend served (``hybrid | vector | lexical``) and why it fell 
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -34,73 +33,99 @@ def rrf(rankings: list[list[Hit]], k: int, weights: list[float] | None = None) -
     return fused
 
 
-@dataclass(frozen=True)
 class Hidden:
-    """The documents of the org this call's caller may not see, and how many sections they hold.
+    """What of the org this call's caller may not see, judged document by document as the searches meet
+    them (each verdict read once per call, whatever the org hides), and a filtered question's scope.
 
     Every search of this source takes its best hits among the sections the caller may see: governance
     would drop the others later, but by then they would have taken places visible sections should have
     had and shifted the ranks the ranker reads, so that what the caller is given would depend on what it
     may not see."""
 
-    documents: Mapping[str, str] = field(default_factory=dict)  # document id -> why the caller may not see it
-    sections: int = 0
-    #: every document id of the org (read only where a search must be held to the visible ones)
-    everything: Callable[[], list[str]] = list
-    #: a filtered question's scope: the documents its filters match that the caller may see, where they are
-    #: few enough to search among (None: the org's, the filters applied to the hits)
-    within: tuple[str, ...] | None = None
+    def __init__(self, query: SourceQuery, store: Store) -> None:
+        self._query, self._store = query, store
+        self._verdicts: dict[str, str | None] = {}  # document id -> why the caller may not see it (None: it may)
+        self._lock = threading.Lock()  # the vector and full-text searches may run on two threads
+        #: a filtered question's scope: the documents its filters match that the caller may see, where they
+        #: are few enough to search among (None: the org's, the filters applied to the hits)
+        self.within: tuple[str, ...] | None = None
+        self._visible: list[str] | None = None  # every visible document, once a crowded search needed them
+
+    def why(self, document_id: str) -> str | None:
+        """The verdict on a document this scope has judged."""
+        return self._verdicts.get(document_id)
+
+    def hidden(self, documents: Iterable[str]) -> set[str]:
+        """Which of ``documents`` the caller may not see (their access rows read once per call)."""
+        wanted = set(documents)
+        with self._lock:
+            unknown = sorted(wanted - self._verdicts.keys())
+            if unknown:
+                rows = {d.id: d for d in self._store.restricted_documents(org=self._query.org, ids=unknown)}
+                for i in unknown:
+                    self._verdicts[i] = self._query.document_verdict(rows[i]) if i in rows else None
+            return {i for i in wanted if self._verdicts[i] is not None}
 
     def top(self, search: Callable[[int, list[str] | None], list[Hit]], limit: int,
             withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
         """The best ``limit`` hits of ``search(n, parents)`` (its best ``n``, best first, among the sections
-        of ``parents``, None: of every document) in documents this caller may see. The hidden hits are
-        removed from a longer search; where they still push visible ones out, a search of ``limit`` plus
-        every hidden section when they are few (its visible hits are then the best there are), else a search
-        among the visible documents alone. ``withheld`` (the operator's full evidence only) gets the hidden
-        hits among the first ``limit``. A filtered question's search is held to its scope (``within``)."""
+        of ``parents``, None: of every document) in documents this caller may see: twice the places read and
+        the hidden hits removed; where they push visible ones out, eight times the places read, and past
+        that a search among the visible documents alone, at what they hold. ``withheld`` (the
+        operator's full evidence only) gets the hidden hits among the first ``limit``. A filtered question's
+        search is held to its scope (``within``)."""
         if self.within is not None:
             return search(limit, list(self.within)) if self.within and limit > 0 else []
-        if not self.documents or limit <= 0:
+        if limit <= 0:
             return search(limit, None)
-        asked = limit + min(self.sections, limit)
-        hits = search(asked, None)
-        visible = [h for h in hits if h.parent not in self.documents]
-        if withheld is not None:
-            withheld.extend(h for h in hits[:limit] if h.parent in self.documents)
-        if len(visible) >= limit or len(hits) < asked or self.sections <= limit:
-            return visible[:limit]
-        if self.sections <= _MORE_HIDDEN * limit:
-            hits = search(limit + self.sections, None)
-            return [h for h in hits if h.parent not in self.documents][:limit]
-        shown = [i for i in self.everything() if i not in self.documents]
+        asked = 2 * limit
+        while True:
+            hits = search(asked, None)
+            hidden = self.hidden(h.parent for h in hits)
+            visible = [h for h in hits if h.parent not in hidden]
+            if withheld is not None and asked == 2 * limit:
+                withheld.extend(h for h in hits[:limit] if h.parent in hidden)
+            if len(visible) >= limit or len(hits) < asked:
+                return visible[:limit]
+            if asked >= _MOST_READ * limit:
+                break
+            asked = _MOST_READ * limit  # one read further (a search's cost grows little with its length)
+        shown = self._visible
+        if shown is None:  # read once per call (two searches racing here both read it: the same list)
+            shown = self._visible = self.visible_documents()
         return search(limit, shown)[:limit] if shown else []
 
+    def visible_documents(self, doc_types: Sequence[str] = (), tags: Sequence[str] = (),
+                          limit: int | None = None) -> list[str]:  # fmt: skip
+        """The ids (sorted) of the documents matching ``doc_types`` and ``tags`` that the caller may see,
+        the first ``limit`` of them (None: all): listed by the store with the rule as a query (what the org
+        hides is not read), each then judged by the rule itself."""
+        q = self._query
+        ids = self._store.document_ids(org=q.org, doc_types=doc_types, tags=tags, limit=limit, roles=q.roles,
+                                       record_ids=q.record_ids)  # fmt: skip
+        hidden = self.hidden(ids)
+        return [i for i in ids if i not in hidden]
 
-#: hidden sections, as a multiple of a search's places, up to which a crowded search asks for every one of
-#: them more; beyond, it searches among the visible documents instead (its cost what they hold)
-_MORE_HIDDEN = 3
+
+#: how far a search crowded by hidden sections reads past them, as a multiple of its places, before it
+#: searches among the visible documents instead
+_MOST_READ = 8
 #: documents a filtered question's searches are held to at most (more: the org's searched, the filters applied
 #: to three times the hits)
 FILTERED_DOCUMENTS = 500
 
 
 def hidden_documents(query: SourceQuery, store: Store) -> Hidden:
-    """What of ``query.org`` its caller may not see (the one rule, on the store's access rows), and a
-    filtered question's scope: the visible documents its filters match, where they are few enough."""
-    restricted = store.restricted_documents(org=query.org)
-    verdicts = {d.id: query.document_verdict(d) for d in restricted}
-    hidden = {i: why for i, why in verdicts.items() if why is not None}
-    within = None
+    """What of ``query.org`` its caller may not see (the one rule, on the store's access rows, read as the
+    searches meet the documents), and a filtered question's scope: the visible documents its filters match,
+    where they are few enough."""
+    scope = Hidden(query, store)
     filters = query.filters
     if filters is not None and not filters.empty:
-        most = FILTERED_DOCUMENTS + len(hidden) + 1
-        matching = store.document_ids(org=query.org, doc_types=filters.doc_types, tags=filters.tags, limit=most)
-        visible = tuple(i for i in matching if i not in hidden)
-        if len(matching) < most and len(visible) <= FILTERED_DOCUMENTS:
-            within = visible
-    return Hidden(MappingProxyType(hidden), sum(d.sections for d in restricted if d.id in hidden),
-                  lambda: store.document_ids(org=query.org), within)  # fmt: skip
+        visible = scope.visible_documents(filters.doc_types, filters.tags, limit=FILTERED_DOCUMENTS + 1)
+        if len(visible) <= FILTERED_DOCUMENTS:
+            scope.within = tuple(visible)
+    return scope
 
 
 def matches(document: Document, filters: Filters | None) -> bool:
@@ -206,7 +231,7 @@ class DocumentsSource:
         # the operator's full evidence: what the searches found that the caller may not see, noted where
         # governance would have dropped it (a caller's own trace never notes it, not even as a count)
         for hit in {h.id: h for h in withheld or []}.values():
-            found.note("documents", hit.id, "govern", "dropped", hidden.documents[hit.parent])
+            found.note("documents", hit.id, "govern", "dropped", hidden.why(hit.parent))
         # no count of the hits in the route: they are counted before governance, so a count would tell a caller
         # how many sections it may not see hold the question's words (a count needs no id to answer that)
         candidates = self._fuse(query, tools, found, vector_hits, text_hits)
@@ -353,9 +378,7 @@ class DocumentsSource:
         if hidden.within is not None:  # all the visible documents the filters match (read for the scope)
             shown = list(hidden.within[:limit])
         else:
-            ids = tools.store.document_ids(org=query.org, doc_types=filters.doc_types, tags=filters.tags,
-                                           limit=limit + len(hidden.documents))  # fmt: skip
-            shown = [i for i in ids if i not in hidden.documents][:limit]
+            shown = hidden.visible_documents(filters.doc_types, filters.tags, limit=limit)
         documents = [d for d in tools.store.get_documents(shown, org=query.org) if query.document_verdict(d) is None]
         return self._whole(query, tools, found, documents)
 

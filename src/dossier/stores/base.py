@@ -185,14 +185,19 @@ class StoreReader(Protocol):
         """Documents of any of ``doc_types`` (if given) carrying any of ``tags`` (if given), by id."""
 
     def document_ids(
-        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None,
+        roles: Sequence[str] | None = None, record_ids: Sequence[str] = (),
     ) -> list[str]:
         """The ids of the documents :meth:`find_documents` finds (every document of ``org`` without filters),
-        sorted, the first ``limit`` (None: all)."""
+        sorted, the first ``limit`` (None: all). With ``roles``, only those a caller with these roles may see
+        in a call about ``record_ids`` (not system, visible to one of the roles or to the whole org, attached
+        to none or one of the records): the visibility rule as a query, for listing; whoever reads the
+        documents still judges them by :func:`dossier.pipeline.visibility.verdict`."""
 
-    def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
-        """The documents of ``org`` some of its callers may not see (system documents, documents visible to
-        some roles only or attached to a record), by id: the rest are visible to every caller of the org."""
+    def restricted_documents(self, *, org: str, ids: Sequence[str] | None = None) -> list[DocumentAccess]:
+        """The documents of ``org`` (among ``ids``, when given) some of its callers may not see (system
+        documents, documents visible to some roles only or attached to a record), by id: the rest are visible
+        to every caller of the org."""
 
     # -- records -----------------------------------------------------------------------------------
     def find_records(self, kind: IdentifierKind, value: str, *, org: str) -> list[Record]:

@@ -484,7 +484,8 @@ class PostgresStore:
         return self.get_documents(self.document_ids(org=org, doc_types=doc_types, tags=tags, limit=limit), org=org)
 
     def document_ids(
-        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None,
+        roles: Sequence[str] | None = None, record_ids: Sequence[str] = (),
     ) -> list[str]:
         require_org(org, "document_ids")
         where = "org = %b"
@@ -495,21 +496,27 @@ class PostgresStore:
         if tags:
             where += " AND tags && %b::text[]"
             params.append(list(tags))
+        if roles is not None:  # the visibility rule (pipeline/visibility.py) as a query
+            where += (" AND NOT is_system AND (visible_to_roles IS NULL OR visible_to_roles && %b::text[])"
+                      " AND (attached_record IS NULL OR attached_record = ANY(%b::text[]))")  # fmt: skip
+            params.extend([list(roles), list(record_ids)])
         if limit is None:
             return [r[0] for r in self._query(org, f"SELECT id FROM documents WHERE {where} ORDER BY id", params)]
         rows = self._query(org, f"SELECT id FROM documents WHERE {where} ORDER BY id LIMIT %b", [*params, int(limit)])
         return [r[0] for r in rows]
 
-    def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
+    def restricted_documents(self, *, org: str, ids: Sequence[str] | None = None) -> list[DocumentAccess]:
         require_org(org, "restricted_documents")
-        rows = self._query(
-            org,
+        sql = (
             "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record, "
             "(SELECT count(*) FROM sections s WHERE s.org = d.org AND s.document = d.id) FROM documents d "
-            "WHERE d.org = %b AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL) "
-            "ORDER BY d.id",
-            [org],
+            "WHERE d.org = %b AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)"
         )
+        if ids is None:
+            rows = self._query(org, sql + " ORDER BY d.id", [org])
+        else:
+            rows = [r for chunk in _chunks(sorted(set(ids)))
+                    for r in self._query(org, sql + " AND d.id = ANY(%b::text[]) ORDER BY d.id", [org, chunk])]  # fmt: skip
         return [
             DocumentAccess(id=r[0], org=org, is_system=bool(r[1]),
                            visible_to_roles=None if r[2] is None else tuple(r[2]), attached_record=r[3],

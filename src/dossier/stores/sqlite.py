@@ -424,7 +424,8 @@ class SQLiteStore:
         return self.get_documents(self.document_ids(org=org, doc_types=doc_types, tags=tags, limit=limit), org=org)
 
     def document_ids(
-        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None
+        self, *, org: str, doc_types: Sequence[str] = (), tags: Sequence[str] = (), limit: int | None = None,
+        roles: Sequence[str] | None = None, record_ids: Sequence[str] = (),
     ) -> list[str]:
         require_org(org, "document_ids")
         sql, params = "SELECT id FROM documents WHERE org = ?", [org]
@@ -434,18 +435,31 @@ class SQLiteStore:
         if tags:
             sql += f" AND EXISTS (SELECT 1 FROM json_each(documents.tags) WHERE value IN ({','.join('?' * len(tags))}))"
             params.extend(tags)
+        if roles is not None:  # the visibility rule (pipeline/visibility.py) as a query
+            sql += " AND NOT is_system AND (visible_to_roles IS NULL"
+            if roles:
+                sql += f" OR EXISTS (SELECT 1 FROM json_each(documents.visible_to_roles) WHERE value IN ({','.join('?' * len(roles))}))"
+                params.extend(roles)
+            sql += ") AND (attached_record IS NULL"
+            if record_ids:
+                sql += f" OR attached_record IN ({','.join('?' * len(record_ids))})"
+                params.extend(record_ids)
+            sql += ")"
         sql += " ORDER BY id" if limit is None else " ORDER BY id LIMIT ?"
         return [r[0] for r in self._query(sql, params if limit is None else [*params, int(limit)])]
 
-    def restricted_documents(self, *, org: str) -> list[DocumentAccess]:
+    def restricted_documents(self, *, org: str, ids: Sequence[str] | None = None) -> list[DocumentAccess]:
         require_org(org, "restricted_documents")
-        rows = self._query(
+        sql = (
             "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record, "
             "(SELECT count(*) FROM sections s WHERE s.org = d.org AND s.document = d.id) FROM documents d "
-            "WHERE d.org = ? AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL) "
-            "ORDER BY d.id",
-            [org],
+            "WHERE d.org = ? AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)"
         )
+        if ids is None:
+            rows = self._query(sql + " ORDER BY d.id", [org])
+        else:
+            rows = [r for chunk in _chunks(sorted(set(ids)))
+                    for r in self._query(sql + f" AND d.id IN ({','.join('?' * len(chunk))}) ORDER BY d.id", [org, *chunk])]  # fmt: skip
         return [
             DocumentAccess(id=r[0], org=org, is_system=bool(r[1]),
                            visible_to_roles=None if r[2] is None else tuple(json.loads(r[2])), attached_record=r[3],
