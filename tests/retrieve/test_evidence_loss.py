@@ -96,12 +96,18 @@ def test_switching_filter_inference_off_holds_on_every_path(sample_engine: dossi
             "record": {"email": "raj@acme.com"}}  # fmt: skip
     if mode == "fetch":
         body["fetch"] = ["doc-retention", "doc-pricing"]
-    # the full (in-process) trace: filtered-out sections never reach governance, so a caller's trace only counts them
+    # the full (in-process) trace: the whole evidence, whatever the caller may see
     on = sample_engine.retrieve(body, org="northwind", caller="ana", full_trace=True)
     off = sample_engine.retrieve({**body, "infer_filters": False}, org="northwind", caller="ana", full_trace=True)
     assert on.route["understand"].detail["filters_source"] == "inferred"
     assert off.route["understand"].detail["filters_source"] == "off"
     assert off.route["understand"].detail["filters"] is None
     assert not [t for t in off.trace or [] if t.reason == "filtered_out"]
-    if mode != "fetch":
-        assert [t for t in on.trace or [] if t.reason == "filtered_out"], "the inferred filter did apply when on"
+    if mode != "fetch":  # the searches are held to the documents tagged security when the filter applies
+        owner = {s.id: d for d in sample_engine.store.find_documents(org="northwind", limit=1000) for s in d.sections}
+
+        def recalled(response: dossier.RetrieveResponse) -> set[str]:
+            return {t.id for t in response.trace or [] if t.source == "documents" and t.layer == "recall"}
+
+        assert recalled(on) and all("security" in owner[i].tags for i in recalled(on)), "the inferred filter applied"
+        assert not all("security" in owner[i].tags for i in recalled(off))
