@@ -141,16 +141,10 @@ class ProviderTimeout(ProviderError):
 def http_status(error: DossierError) -> int:
     """The HTTP status ``error`` is answered with, the one mapping the HTTP API and the service's audit of
     refusals share: a 4xx is the caller's (a refusal), a 5xx a fault of the store, a model provider or dossier."""
-    if isinstance(error, Unauthorized):
-        return 401
-    if isinstance(error, Forbidden):
-        return 403
-    if isinstance(error, NotFound):
-        return 404
-    if isinstance(error, UsageError):
-        return 422
-    if isinstance(error, StoreError):
-        return 503
-    if isinstance(error, ProviderError):
-        return 502
-    return 500
+    return next((status for kind, status in _STATUS if isinstance(error, kind)), 500)
+
+
+#: the first class ``error`` is an instance of gives its status (subclasses before the classes they extend)
+_STATUS: tuple[tuple[type[DossierError], int], ...] = (
+    (Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (UsageError, 422), (StoreError, 503), (ProviderError, 502),
+)

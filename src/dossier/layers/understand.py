@@ -240,16 +240,11 @@ def _infer_filters(call: Call, ahead: Callable[[], Any] | None = None) -> Inferr
 
 def _vocabulary(call: Call) -> Filters:
     """Doc types and tags of the org-wide documents this caller may see (the model picks among them)."""
-    # the first thousand the caller may see (by id): documents it may not see take no places, and are not read
-    asked = 4000
-    while True:
-        ids = call.store.document_ids(org=call.org, limit=asked)
-        restricted = {d.id: d for d in call.store.restricted_documents(org=call.org, ids=ids)}
-        shown = [i for i in ids if i not in restricted or document_verdict(call, restricted[i]) is None]
-        if len(shown) >= 1000 or len(ids) < asked:
-            break
-        asked *= 4
-    visible = [d for d in call.store.get_documents(shown[:1000], org=call.org) if document_verdict(call, d) is None]
+    # the first thousand the caller may see (by id), listed with the rule as a query: documents it may not see
+    # take no places and are not read; those read are judged by the rule itself
+    ids = call.store.document_ids(org=call.org, limit=1000, roles=call.caller.roles,
+                                  record_ids=call.resolution.record_ids)  # fmt: skip
+    visible = [d for d in call.store.get_documents(ids, org=call.org) if document_verdict(call, d) is None]
     return Filters(doc_types=sorted({d.doc_type for d in visible}), tags=sorted({t for d in visible for t in d.tags}))
 
 

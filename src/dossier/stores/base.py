@@ -48,15 +48,14 @@ class Hit:
 
 @dataclass(frozen=True, slots=True)
 class DocumentAccess:
-    """Who may see a document that not everyone of its org may (:meth:`StoreReader.restricted_documents`),
-    with how many sections it holds: what a search needs to leave it out of a caller's best hits."""
+    """Who may see a document that not everyone of its org may (:meth:`StoreReader.restricted_documents`):
+    what the visibility rule reads of it, without its sections."""
 
     id: str
     org: str
     is_system: bool
     visible_to_roles: tuple[str, ...] | None
     attached_record: str | None
-    sections: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -508,8 +508,7 @@ class PostgresStore:
     def restricted_documents(self, *, org: str, ids: Sequence[str] | None = None) -> list[DocumentAccess]:
         require_org(org, "restricted_documents")
         sql = (
-            "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record, "
-            "(SELECT count(*) FROM sections s WHERE s.org = d.org AND s.document = d.id) FROM documents d "
+            "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record FROM documents d "
             "WHERE d.org = %b AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)"
         )
         if ids is None:
@@ -519,8 +518,7 @@ class PostgresStore:
                     for r in self._query(org, sql + " AND d.id = ANY(%b::text[]) ORDER BY d.id", [org, chunk])]  # fmt: skip
         return [
             DocumentAccess(id=r[0], org=org, is_system=bool(r[1]),
-                           visible_to_roles=None if r[2] is None else tuple(r[2]), attached_record=r[3],
-                           sections=int(r[4]))  # fmt: skip
+                           visible_to_roles=None if r[2] is None else tuple(r[2]), attached_record=r[3])  # fmt: skip
             for r in rows
         ]
 
