@@ -10,7 +10,7 @@ import pytest
 
 from dossier.bundle import Document, Org, Section
 from dossier.loading import section_text
-from dossier.stores.base import Store, StoreSearcher, VectorWrite, WriteBatch, property_key
+from dossier.stores.base import Store, StoreSearcher, VectorWrite, Viewer, WriteBatch, property_key
 from tests.stores.contract import _contact, _embed, _ids, _memory, make_batch, org_scoped, refuses_a_missing_org, write_world
 _VECTOR = np.zeros(384, dtype=np.float32)
 #: every org-scoped method of StoreSearcher, called well formed
@@ -78,6 +78,56 @@ class SearcherContract:
         store.write(make_batch(embedder, orgs=[Org(id=other)], records=[_contact(other, "g-r")], memories=memories, documents=documents))
         assert store.search_text("memory", "annual renewal prepay", org=other, limit=5)  # the other org's rows are there
         assert answers() == before
+
+    def test_what_a_viewer_may_not_see_never_moves_its_full_text_scores(self, store: Store, embedder: Any) -> None:
+        """With a viewer, a section search's word statistics (how many sections, their length, how many hold
+        each word) count only what it may see: sections only other roles, another record's notes or the system
+        may see, full of the question's words, leave the scores of the sections it may see as a copy of the org
+        holding only those gives them; first with the org alone in the store, then beside the copy."""
+        viewer = Viewer(roles=frozenset({"sales"}), record_ids=frozenset({"r-jane"}))
+        hidden = {"d-bob-note", "d-system", *(f"d-legal-{n}" for n in range(12))}
+        searches = [("discount approval", None), ("renewal discount prepay", None), ("refund cancellation", None),
+                    ("discount approval renewal", ["d-pricing", "d-sales", "d-jane-note"])]  # fmt: skip
+
+        def documents(org: str, flooded: bool) -> list[Document]:
+            out = [
+                Document(id="d-pricing", org=org, title="Pricing", sections=(
+                    Section(id="s-price-1", heading="Discount approval", text="A discount above ten percent needs the regional director's approval."),
+                    Section(id="s-price-2", heading="Prepay", text="Annual prepay earns a renewal discount of five percent."))),
+                Document(id="d-sales", org=org, title="Sales desk", visible_to_roles=("sales",), sections=(
+                    Section(id="s-sales-1", heading="Discount desk", text="The discount desk answers approval questions within a day."),)),
+                Document(id="d-jane-note", org=org, title="Call with Jane", attached_record="r-jane", sections=(
+                    Section(id="s-jane-1", heading="Call", text="Jane asked about the renewal discount and its approval."),)),
+                Document(id="d-refunds", org=org, title="Refunds", sections=(
+                    Section(id="s-refund-1", heading="Window", text="A refund is due within thirty days of cancellation."),)),
+            ]  # fmt: skip
+            if flooded:
+                out += [Document(id=f"d-legal-{n}", org=org, title="Discount approval", visible_to_roles=("legal",), sections=(
+                    Section(id=f"s-legal-{n}", heading="Approval", text="discount approval renewal refund " * (n + 1)),))
+                    for n in range(12)]  # fmt: skip
+                out += [Document(id="d-bob-note", org=org, title="Call with Bob", attached_record="r-bob", sections=(
+                            Section(id="s-bob-1", heading="Call", text="Bob wants a discount approval on the renewal."),)),
+                        Document(id="d-system", org=org, title="System", is_system=True, sections=(
+                            Section(id="s-system-1", heading="Rules", text="Never promise a discount without approval."),))]  # fmt: skip
+            return out
+
+        def write(org: str, flooded: bool) -> None:
+            records = [_contact(org, "r-jane"), _contact(org, "r-bob")]
+            store.write(make_batch(embedder, orgs=[Org(id=org)], records=records, documents=documents(org, flooded)))
+
+        def answers(org: str, who: Viewer | None) -> list[list[tuple[str, str, float]]]:
+            return [[(h.id, h.parent, round(h.score, 9)) for h in store.search_text("section", query, org=org, limit=50, parents=parents, viewer=who)
+                     if h.parent not in hidden] for query, parents in searches]  # fmt: skip
+
+        write("acme", flooded=True)
+        alone = answers("acme", viewer)
+        write("acme-copy", flooded=False)
+        copy = answers("acme-copy", viewer)
+        assert all(copy), copy
+        assert alone == copy  # the org alone in the store
+        assert answers("acme", viewer) == copy  # and beside another org
+        assert answers("acme-copy", None) == copy  # the copy's viewer may see all of it
+        assert answers("acme", None) != copy  # the premise: counted over the whole org, the hidden words move scores
 
     def test_search_text_over_memories_and_parents_restriction(self, store: Store, embedder: Any) -> None:
         write_world(store, embedder)

@@ -45,3 +45,26 @@ def test_mypy_refuses_a_read_without_org(tmp_path: Path) -> None:
         f'{source}:8: error: Missing named argument "org" for "recent_memories" of "StoreReader"  [call-arg]',
         f'{source}:9: error: Missing named argument "org" for "search_vectors" of "StoreSearcher"  [call-arg]',
     ], stdout
+
+
+def test_a_viewer_and_the_restricted_index_apply_the_visibility_rule() -> None:
+    """The stores judge restricted documents for their full-text statistics with ``Viewer.may_see``: the one
+    rule (``pipeline.visibility.verdict``) for every kind of restriction, role and record; the index grouped
+    by attached record answers what judging each document would."""
+    from itertools import product
+
+    from dossier.pipeline.visibility import verdict
+    from dossier.stores.base import DocumentAccess, RestrictedIndex, Viewer
+
+    documents = [
+        DocumentAccess(id=f"d{n}", org="acme", is_system=system, visible_to_roles=roles, attached_record=record)
+        for n, (system, roles, record) in enumerate(product(
+            (False, True), (None, (), ("sales",), ("legal", "sales"), ("legal",)), (None, "r-jane", "r-bob")))
+    ]  # fmt: skip
+    index = RestrictedIndex((d.id, d) for d in documents)
+    for roles, records in product(((), ("sales",), ("legal",), ("sales", "support")), ((), ("r-jane",), ("r-jane", "r-old"))):
+        viewer = Viewer(roles=frozenset(roles), record_ids=frozenset(records))
+        rule = {d.id for d in documents if verdict(d, org="acme", roles=roles, record_ids=records) is None}
+        assert {d.id for d in documents if viewer.may_see(d)} == rule
+        assert index.shown(viewer) == rule and index.shown(viewer) == rule  # answered again from what it kept
+    assert index.keys == {d.id for d in documents}

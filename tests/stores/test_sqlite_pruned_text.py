@@ -631,3 +631,38 @@ def test_a_file_of_schema_version_4_gives_its_large_orgs_tables_of_their_own(tmp
         assert after == before and any(after)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("line", [30_000, 1000])
+def test_a_large_orgs_restricted_sections_never_move_a_viewers_scores(tmp_path: Path, line: int) -> None:
+    """An org past OWN_TEXT_ROWS (its own tables, FTS5's statistics) with documents only the legal role may
+    see, full of the rare word: for a sales viewer the sections it may see score as in a file holding only
+    them, complete (line 30,000) and pruned (line 1,000), org-wide and among parents."""
+    from dossier.stores.base import Viewer
+
+    rng = random.Random(23)
+    documents = _documents("a", 680, rng, rare=40)
+    hidden = {d.id for d, _ in documents[:60]}  # the rare word's documents among them
+    flooded = [(d.model_copy(update={"visible_to_roles": ("legal",)}) if d.id in hidden else d, h) for d, h in documents]
+    full, copy = SQLiteStore(tmp_path / "full.db", text_prune_rows=line), SQLiteStore(tmp_path / "copy.db", text_prune_rows=line)
+    try:
+        full.write(WriteBatch(orgs=[Org(id="a")], documents=flooded))
+        copy.write(WriteBatch(orgs=[Org(id="a")], documents=[(d, h) for d, h in documents if d.id not in hidden]))
+        assert _fts(full._db, "section", "a") != "sections_fts"  # its own tables
+        viewer = Viewer(roles=frozenset({"sales"}), record_ids=frozenset())
+        moved = 0
+        for query in [f"Which {RARE} renewal discount?", *QUESTIONS]:
+            for parents in (None, ["a-d70", "a-d71", "a-d300"]):
+                got = [h for h in full.search_text("section", query, org="a", limit=40, parents=parents, viewer=viewer)
+                       if h.parent not in hidden]  # fmt: skip
+                want = copy.search_text("section", query, org="a", limit=40, parents=parents)
+                scores = {h.id: h.score for h in want}
+                assert all(h.score == scores[h.id] for h in got if h.id in scores), (query, parents)
+                if line > 6_000:  # complete: the very ranking, once the hidden hits are set aside
+                    assert got == want[: len(got)], (query, parents)
+                blind = {h.id: h.score for h in full.search_text("section", query, org="a", limit=40, parents=parents)}
+                moved += any(blind[i] != score for i, score in scores.items() if i in blind)
+        assert moved  # the premise: without the viewer, the org's statistics (the rare word's rows too) move scores
+    finally:
+        full.close()
+        copy.close()

@@ -24,7 +24,7 @@ from ..bundle import Record
 from ..providers.embeddings import Embedder
 from ..schema import Depth, Filters, Mode, SourceName, TraceEntry
 from ..settings import Settings
-from ..stores.base import Store
+from ..stores.base import Store, Viewer
 from .events import Decision, Degraded
 from .steps import Failed, Fuse, Skipped
 from .visibility import Guarded, verdict
@@ -71,6 +71,11 @@ class SourceQuery:
         """Why ``document`` must not be returned to this caller, or None when it may be (the one rule:
         :func:`dossier.pipeline.visibility.verdict`)."""
         return verdict(document, org=self.org, roles=self.roles, record_ids=self.record_ids)
+
+    @property
+    def viewer(self) -> Viewer:
+        """This caller as the store's full-text statistics count what it may see (the rule's inputs)."""
+        return Viewer(roles=frozenset(self.roles), record_ids=frozenset(self.record_ids))
 
 
 @dataclass(frozen=True, kw_only=True)

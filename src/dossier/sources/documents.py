@@ -50,6 +50,7 @@ class Hidden:
         #: are few enough to search among (None: the org's, the filters applied to the hits)
         self.within: tuple[str, ...] | None = None
         self._visible: list[str] | None = None  # every visible document, once a crowded search needed them
+        self.viewer = query.viewer  # whose view the full-text searches' word statistics count
 
     def why(self, document_id: str) -> str | None:
         """The verdict on a document this scope has judged."""
@@ -280,12 +281,13 @@ class DocumentsSource:
                      withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
         """Full-text hits among the sections the caller may see; those holding an exact code from the
         question rank first."""
-        hits = hidden.top(lambda n, among: store.search_text("section", text, org=org, limit=n, parents=among),
+        hits = hidden.top(lambda n, among: store.search_text("section", text, org=org, limit=n, parents=among, viewer=hidden.viewer),
                           limit, withheld)  # fmt: skip
         exact = codes(text)
         if not exact:
             return hits
-        first = hidden.top(lambda n, among: store.search_text("section", " ".join(exact), org=org, limit=n, parents=among),
+        first = hidden.top(lambda n, among: store.search_text("section", " ".join(exact), org=org, limit=n, parents=among,
+                                                                viewer=hidden.viewer),
                            limit, withheld)  # fmt: skip
         seen = {h.id for h in first}
         return first + [h for h in hits if h.id not in seen]
@@ -403,7 +405,8 @@ class DocumentsSource:
             hits = tools.store.search_vectors("section", vector, org=query.org, limit=len(candidates), parents=parents)
             words = guarded(
                 found, "documents",
-                lambda: tools.store.search_text("section", text, org=query.org, limit=len(candidates), parents=parents),
+                lambda: tools.store.search_text("section", text, org=query.org, limit=len(candidates), parents=parents,
+                                                viewer=query.viewer),
                 what="full-text ranking",
             )  # fmt: skip
             fused = tools.fuse([hits, words or []], query.settings.rrf_k)

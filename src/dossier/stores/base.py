@@ -23,7 +23,7 @@ higher is better (cosine similarity for vectors, negated BM25 for full text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Protocol, Sequence, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Generic, Hashable, Iterable, Literal, Protocol, Sequence, TypeAlias, TypeVar, runtime_checkable
 
 from ..errors import OrgRequired
 
@@ -37,6 +37,7 @@ VectorKind = Literal["section", "memory", "property"]
 TextKind = Literal["section", "memory"]
 ItemKind = Literal["org", "caller", "record", "memory", "document", "edge"]
 VECTOR_KINDS: tuple[VectorKind, ...] = ("section", "memory", "property")
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,60 @@ class DocumentAccess:
     is_system: bool
     visible_to_roles: tuple[str, ...] | None
     attached_record: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """A caller as the visibility rule sees it: its roles and the records its call is about (the record, its
+    merged-away records and aliases). A full-text search over sections given a viewer counts its word
+    statistics (how many sections, their average length, how many hold each word) over the sections this
+    viewer may see, so that what it may not see never moves a score (:meth:`StoreSearcher.search_text`)."""
+
+    roles: frozenset[str]
+    record_ids: frozenset[str]
+
+    def may_see(self, access: DocumentAccess) -> bool:
+        """The visibility rule (``pipeline.visibility.verdict``) on a restricted document of the viewer's org."""
+        if access.is_system:
+            return False
+        if access.visible_to_roles is not None and self.roles.isdisjoint(access.visible_to_roles):
+            return False
+        return access.attached_record is None or access.attached_record in self.record_ids
+
+
+class RestrictedIndex(Generic[K]):
+    """An org's restricted documents (:class:`DocumentAccess`), each with a key of the store's choosing (the
+    SQLite store's row slot, the PostgreSQL store's document id), grouped so that what a viewer may see among
+    them costs what it may see: the documents attached to no record are judged for every viewer, those attached
+    to a record only for the viewers whose call is about it."""
+
+    def __init__(self, rows: Iterable[tuple[K, DocumentAccess]]) -> None:
+        self._unattached: list[tuple[K, DocumentAccess]] = []
+        self._attached: dict[str, list[tuple[K, DocumentAccess]]] = {}
+        keys = []
+        for key, access in rows:
+            keys.append(key)
+            if access.attached_record is None:
+                self._unattached.append((key, access))
+            else:
+                self._attached.setdefault(access.attached_record, []).append((key, access))
+        self.keys: frozenset[K] = frozenset(keys)
+        self._shown: dict[tuple[frozenset[str], frozenset[str]], frozenset[K]] = {}
+
+    def shown(self, viewer: Viewer) -> frozenset[K]:
+        """The keys of the restricted documents ``viewer`` may see."""
+        cache_key = (viewer.roles, frozenset(viewer.record_ids & self._attached.keys()))
+        found = self._shown.get(cache_key)
+        if found is None:
+            rows = [*self._unattached, *(row for r in sorted(cache_key[1]) for row in self._attached[r])]
+            found = frozenset(key for key, access in rows if viewer.may_see(access))
+            if len(self._shown) >= _SHOWN_KEPT:
+                self._shown.clear()
+            self._shown[cache_key] = found
+        return found
+
+
+_SHOWN_KEPT = 1_024  # viewers' answers a RestrictedIndex keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,9 +293,14 @@ class StoreSearcher(Protocol):
     concurrent_reads: bool
 
     def search_text(
-        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[Hit]:
-        """Full-text search; ``query`` is plain words (the store builds its own query syntax)."""
+        """Full-text search; ``query`` is plain words (the store builds its own query syntax). With ``viewer``
+        (sections), the scores' word statistics count only the sections of documents that viewer may see: the
+        org's unrestricted documents and the restricted ones the rule lets it see. The hits may still hold
+        sections it may not see (the caller judges them); their scores, like every other, come from those
+        statistics."""
 
     def text_scope_rows(self, kind: TextKind, *, org: str, most: int, parents: Sequence[str] | None = None) -> int:
         """How many rows a full-text search of ``kind`` in this scope (the org's, or ``parents``') covers,

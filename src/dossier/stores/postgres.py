@@ -46,7 +46,7 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, text_scope_asked,
+from .base import (VECTOR_KINDS, DocumentAccess, Viewer, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, text_scope_asked,
                    walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
@@ -551,7 +551,8 @@ class PostgresStore:
 
     # -- recall ------------------------------------------------------------------------------------
     def search_text(
-        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[Hit]:
         require_org(org, "search_text")
         if kind not in ("section", "memory"):
@@ -559,7 +560,7 @@ class PostgresStore:
         found = terms(query)
         if not found or limit <= 0 or (parents is not None and not parents):
             return []
-        rows = self._text.search(kind, found, org=org, limit=int(limit), parents=parents)
+        rows = self._text.search(kind, found, org=org, limit=int(limit), parents=parents, viewer=viewer)
         return [Hit(id=r[0], parent=r[1], score=float(r[2])) for r in rows]
 
     def text_scope_rows(self, kind: TextKind, *, org: str, most: int, parents: Sequence[str] | None = None) -> int:

@@ -23,6 +23,11 @@ thousands of rows, at some microseconds each. So, per query:
   matching the others ranked too, again at most ``cap`` of them (words that common carry little
   evidence: their IDF is near zero). An org with fewer than ``cap`` rows of a kind, and any search among
   given parents (a record's memories), gets the complete ranking;
+* a search over sections for a viewer (a caller's roles and the records its call is about) counts its
+  statistics over what that viewer may see: the sample is of the org's unrestricted documents' rows (every
+  caller of the org may see them), and the rows of the restricted documents the viewer may see are
+  counted exactly and added (the org's restricted documents are read once per ``ttl``, and the viewer's
+  share judged by the rule from them); a section it may not see never moves a score;
 * each org's rows are its own partition of the table, with its own GIN index (schema version 5), and
   the store runs these statements unprepared, each planned for its org's partition: a match reads no
   other org's postings, and what other orgs hold never changes how long an org's searches take.
@@ -35,6 +40,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from .base import DocumentAccess, RestrictedIndex, Viewer
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 #: BM25 of row ``s`` (its ``length`` in tokens is stored beside its ``tsvector``), given the average row
@@ -62,18 +69,28 @@ class TextSearch:
         self._samples: OrderedDict[tuple[str, str], _Sample] = OrderedDict()  # (org, kind) -> statistics
         self._lexeme: dict[str, str | None] = {}  # term -> its lexeme (the english configuration does not change)
         self._df: dict[tuple[str, str, str], tuple[int, float]] = {}  # (org, kind, term) -> (df, when counted)
+        self._restricted: OrderedDict[str, tuple[RestrictedIndex[str], float]] = OrderedDict()  # org -> its restricted documents
+        self._shown: OrderedDict[tuple[str, frozenset[str]], _Shown] = OrderedDict()  # (org, documents) -> their rows' statistics
 
     def forget(self, orgs: set[str]) -> None:
         """Drop the statistics of ``orgs`` (this process just wrote to them)."""
         for key in [k for k in self._samples if k[0] in orgs]:
             del self._samples[key]
         self._df = {k: v for k, v in self._df.items() if k[0] not in orgs}
+        for org in orgs:
+            self._restricted.pop(org, None)
+        for shown in [k for k in self._shown if k[0] in orgs]:
+            del self._shown[shown]
 
-    def search(self, kind: str, found: list[str], *, org: str, limit: int, parents: Sequence[str] | None) -> list[tuple]:
-        """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``."""
+    def search(
+        self, kind: str, found: list[str], *, org: str, limit: int, parents: Sequence[str] | None, viewer: Viewer | None = None
+    ) -> list[tuple]:
+        """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``; with
+        ``viewer`` (sections), scored with the statistics of what it may see."""
         table, parent = _TABLES[kind]
         lexeme = self._lexemes(org, found)
-        rows, avg_length, df = self._statistics(org, kind, found, lexeme)
+        shown = self._seen(org, viewer) if kind == "section" and viewer is not None else None
+        rows, avg_length, df = self._statistics(org, kind, found, lexeme, shown)
         idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
         # terms in half the rows or more have no weight (BM25's IDF floor) and are left out of the score
         scored = [t for t in found if idf[t] > 1e-6 and lexeme[t]] or [t for t in found if lexeme[t]][:1]
@@ -142,12 +159,62 @@ class TextSearch:
             self._lexeme.update((term, lex) for term, lex in rows)
         return {t: self._lexeme.get(t) for t in found}
 
-    def _statistics(self, org: str, kind: str, found: list[str], lexeme: dict[str, str | None]) -> tuple[int, float, dict[str, int]]:
-        """Rows of ``kind`` in the org, their average length in tokens, and each term's document frequency."""
-        stats = self._sample(org, kind)
+    def _seen(self, org: str, viewer: Viewer) -> frozenset[str] | None:
+        """The restricted documents of ``org`` that ``viewer`` may see (None: the org restricts none)."""
+        now = time.monotonic()
+        kept = self._restricted.get(org)
+        if kept is None or now - kept[1] > self.ttl:
+            rows = self._query(
+                org,
+                "SELECT id, is_system, visible_to_roles, attached_record FROM documents WHERE org = %b "
+                "AND (is_system OR visible_to_roles IS NOT NULL OR attached_record IS NOT NULL)",
+                [org],
+            )  # fmt: skip
+            index = RestrictedIndex((r[0], DocumentAccess(id=r[0], org=org, is_system=bool(r[1]),
+                                     visible_to_roles=None if r[2] is None else tuple(r[2]), attached_record=r[3])) for r in rows)  # fmt: skip
+            kept = self._restricted[org] = (index, now)
+            while len(self._restricted) > _SAMPLES:
+                self._restricted.popitem(last=False)
+        self._restricted.move_to_end(org)
+        return kept[0].shown(viewer) if kept[0].keys else None
+
+    def _shown_statistics(self, org: str, documents: frozenset[str], lexemes: list[str]) -> "_Shown":
+        """How many sections ``documents`` hold, their tokens, and how many hold each of ``lexemes`` (exact;
+        kept for ``ttl`` seconds, dropped when this process writes to the org)."""
+        key, now = (org, documents), time.monotonic()
+        shown = self._shown.get(key)
+        if shown is None or now - shown.when > self.ttl:
+            rows, tokens = self._query(
+                org, "SELECT count(*), coalesce(sum(length), 0) FROM sections_fts WHERE org = %b AND document = ANY(%b::text[])",
+                [org, sorted(documents)],
+            )[0]  # fmt: skip
+            shown = self._shown[key] = _Shown(int(rows), int(tokens), {}, now)
+            while len(self._shown) > _SAMPLES:
+                self._shown.popitem(last=False)
+        self._shown.move_to_end(key)
+        missing = sorted({lex for lex in lexemes if lex not in shown.lexemes})
+        if missing:
+            counted = dict(self._query(
+                org,
+                "SELECT u.lexeme, count(*) FROM sections_fts f, unnest(f.tsv) u WHERE f.org = %b "
+                "AND f.document = ANY(%b::text[]) AND u.lexeme = ANY(%b::text[]) GROUP BY u.lexeme",
+                [org, sorted(documents), missing],
+            ))  # fmt: skip
+            shown.lexemes.update((lex, int(counted.get(lex, 0))) for lex in missing)
+        return shown
+
+    def _statistics(
+        self, org: str, kind: str, found: list[str], lexeme: dict[str, str | None], shown: frozenset[str] | None = None
+    ) -> tuple[int, float, dict[str, int]]:
+        """Rows of ``kind`` in the org, their average length in tokens, and each term's document frequency;
+        with ``shown`` (the restricted documents a viewer may see), those of the org's unrestricted sections
+        plus those of ``shown``'s."""
+        public = shown is not None
+        stats = self._sample(org, kind, public=public)
         now = time.monotonic()
         df: dict[str, int] = {}
         rarer: list[str] = []
+        kinds = f"{kind} public" if public else kind  # the statistics' cache key
         for term in found:
             lex = lexeme[term]
             hits = stats.lexemes.get(lex, 0) if lex is not None else 0
@@ -155,8 +222,8 @@ class TextSearch:
                 df[term] = hits  # a stop word; or the sample is the whole org, so its counts are exact
             elif hits >= _MIN_SAMPLED:
                 df[term] = round(stats.rows * hits / stats.size)
-            elif now - self._df.get((org, kind, term), (0, -math.inf))[1] <= self.ttl:
-                df[term] = self._df[(org, kind, term)][0]
+            elif now - self._df.get((org, kinds, term), (0, -math.inf))[1] <= self.ttl:
+                df[term] = self._df[(org, kinds, term)][0]
             else:
                 rarer.append(term)
         if rarer:  # rare in the sample, so rare in the org: counted through the GIN index, a bounded read
@@ -164,35 +231,48 @@ class TextSearch:
             table, _ = _TABLES[kind]
             counted = self._query(
                 org,
-                f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts WHERE org = %b "
-                "AND tsv @@ phraseto_tsquery('english', t) LIMIT %b) s) FROM unnest(%b::text[]) t",
+                f"SELECT t, (SELECT count(*) FROM (SELECT 1 FROM {table}_fts f WHERE org = %b "
+                f"AND tsv @@ phraseto_tsquery('english', t){_PUBLIC if public else ''} LIMIT %b) s) FROM unnest(%b::text[]) t",
                 [org, bound, rarer],
             )
             if len(self._df) > 100_000:  # bounded, as the lexeme cache is
                 self._df.clear()
             for term, n in counted:
                 df[term] = int(n)
-                self._df[(org, kind, term)] = (int(n), now)
-        return max(stats.rows, 1), max(stats.average_length, 1.0), df
+                self._df[(org, kinds, term)] = (int(n), now)
+        if not public:
+            return max(stats.rows, 1), max(stats.average_length, 1.0), df
+        rows, tokens = stats.rows, stats.tokens
+        if shown:  # the restricted documents the viewer may see: counted exactly
+            extra = self._shown_statistics(org, shown, [lex for lex in lexeme.values() if lex is not None])
+            rows, tokens = rows + extra.rows, tokens + extra.tokens
+            for term in found:
+                lex = lexeme[term]
+                df[term] = df[term] + (extra.lexemes.get(lex, 0) if lex is not None else 0)
+        return max(rows, 1), max(float(tokens) / float(rows) if rows else 1.0, 1.0), df
 
-    def _sample(self, org: str, kind: str) -> "_Sample":
+    def _sample(self, org: str, kind: str, *, public: bool = False) -> "_Sample":
         """The org's row count and, from its first ``sample`` rows, their average length and how many of
-        them hold each lexeme; kept for ``ttl`` seconds (and for at most ``_SAMPLES`` orgs and kinds)."""
-        key, now = (org, kind), time.monotonic()
+        them hold each lexeme; kept for ``ttl`` seconds (and for at most ``_SAMPLES`` orgs and kinds). With
+        ``public``, of the sections of documents every caller of the org may see."""
+        key, now = (org, f"{kind} public" if public else kind), time.monotonic()
         cached = self._samples.get(key)
         if cached is not None and now - cached.when <= self.ttl:
             self._samples.move_to_end(key)
             return cached
         table, _ = _TABLES[kind]
+        only = _PUBLIC if public else ""
         rows = self._query(
             org,
-            f"WITH s AS MATERIALIZED (SELECT tsv, length FROM {table}_fts WHERE org = %b LIMIT %b) "
-            f"SELECT NULL, (SELECT count(*) FROM {table}_fts WHERE org = %b), count(*), avg(length) FROM s "
+            f"WITH s AS MATERIALIZED (SELECT tsv, length FROM {table}_fts f WHERE org = %b{only} LIMIT %b) "
+            f"SELECT NULL, (SELECT count(*) FROM {table}_fts f WHERE org = %b{only}), count(*), sum(length) FROM s "
             "UNION ALL SELECT u.lexeme, count(*), NULL, NULL FROM s, unnest(s.tsv) u GROUP BY u.lexeme",
             [org, self.sample, org],
         )
-        total, size, average = next((r[1], r[2], r[3]) for r in rows if r[0] is None)
-        sample = _Sample(int(total), int(size), float(average or 1.0), {r[0]: int(r[1]) for r in rows if r[0] is not None}, now)
+        total, size, tokens = next((int(r[1]), int(r[2]), int(r[3] or 0)) for r in rows if r[0] is None)
+        average = float(tokens) / float(size) if size else 1.0
+        sample = _Sample(total, size, average if tokens else 1.0, {r[0]: int(r[1]) for r in rows if r[0] is not None}, now,
+                         tokens if size >= total else round(average * total))  # fmt: skip
         self._samples[key] = sample
         while len(self._samples) > _SAMPLES:
             self._samples.popitem(last=False)
@@ -206,10 +286,26 @@ class _Sample:
     average_length: float
     lexemes: dict[str, int]  # lexeme -> sampled rows holding it
     when: float
+    tokens: int  # the rows' lengths summed (estimated from the sample when it is not the whole org)
 
     @property
     def complete(self) -> bool:
         return self.size >= self.rows
+
+
+@dataclass
+class _Shown:
+    """The statistics of some restricted documents' sections (exact): what a viewer who may see them adds."""
+
+    rows: int
+    tokens: int
+    lexemes: dict[str, int]  # lexeme -> rows holding it
+    when: float
+
+
+#: a full-text row ``f`` of a section of a document every caller of its org may see
+_PUBLIC = (" AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.org = f.org AND d.id = f.document "
+           "AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL))")  # fmt: skip
 
 
 def _any(found: Sequence[str]) -> str:

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
-from .base import (DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, text_scope_asked,
+from .base import (DocumentAccess, RestrictedIndex, Viewer, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, text_scope_asked,
                    walk_edges)
 from .fulltext import fts5_query, terms
 from .sqlite_cache import GenerationCache, document_chars, memory_chars
 from .sqlite_connect import connect
-from .sqlite_fulltext import PrunedText
+from .sqlite_fulltext import PrunedText, Seen
 from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS, give_own_text_tables, needs_own_text_tables
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class SQLiteStore:
         self._text_numbers: dict[str, int] = {}  # org -> its number in text_tables (committed, never changes)
         self._searching: tuple[str, int | None] | None = None  # (org, its number) during one full-text search
         self._text = PrunedText(self._query, self._text_number)  # full text over large scopes
+        self._restricted: dict[str, tuple[int | None, RestrictedIndex[int]]] = {}  # org -> (generation, its restricted sections' slots)
         # documents and memories kept while their org's generation stays (stores/sqlite_cache.py)
         self._documents: GenerationCache[Document] = GenerationCache(self._generation, document_chars)
         self._memories: GenerationCache[Memory] = GenerationCache(self._generation, memory_chars)
@@ -494,7 +495,8 @@ class SQLiteStore:
 
     # -- recall ------------------------------------------------------------------------------------
     def search_text(
-        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: TextKind, query: str, *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[Hit]:
         require_org(org, "search_text")
         match = fts5_query(query)
@@ -515,7 +517,9 @@ class SQLiteStore:
                 fts = f"{fts}_{number}"
             self._searching = (org, number)  # read once per search, however often the pruned search asks
             try:
-                return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit, parents=parents)
+                seen = self._seen(org, viewer) if kind == "section" and viewer is not None else None
+                return self._search_text(kind, query, match, fts, table, alias, column, weights, org=org, limit=limit,
+                                         parents=parents, seen=seen)  # fmt: skip
             finally:
                 self._searching = None
 
@@ -541,18 +545,45 @@ class SQLiteStore:
             number = self._text_numbers[org] = int(found[0][0])
         return number
 
+    def _seen(self, org: str, viewer: Viewer) -> Seen | None:
+        """Which sections' rows a search for ``viewer`` counts in its statistics (None: the org's restricted
+        documents hold none): the org's restricted documents' slots, kept while its generation stays, and
+        those of the ones ``viewer`` may see."""
+        generation = self._generation(org)
+        kept = self._restricted.get(org)
+        if kept is None or generation is None or kept[0] != generation:
+            rows = self._query(
+                "SELECT p.slot, d.id, d.is_system, d.visible_to_roles, d.attached_record FROM documents d "
+                "JOIN parent_slots p ON p.org = d.org AND p.kind = 'section' AND p.parent = d.id "
+                "WHERE d.org = ? AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)",
+                [org],
+            )  # fmt: skip
+            index = RestrictedIndex(
+                (int(r[0]), DocumentAccess(id=r[1], org=org, is_system=bool(r[2]),
+                 visible_to_roles=None if r[3] is None else tuple(json.loads(r[3])), attached_record=r[4]))
+                for r in rows
+            )  # fmt: skip
+            if len(self._restricted) >= _ORGS_RESTRICTED_KEPT:
+                self._restricted.clear()
+            kept = self._restricted[org] = (generation, index)
+        index = kept[1]
+        if not index.keys:
+            return None
+        return Seen(restricted=index.keys, shown=index.shown(viewer))
+
     def _search_text(
         self, kind: str, query: str, match: str, fts: str, table: str, alias: str, column: str, weights: str, *,
-        org: str, limit: int, parents: Sequence[str] | None,
+        org: str, limit: int, parents: Sequence[str] | None, seen: Seen | None = None,
     ) -> list[Hit]:
         # FTS5's bm25() weighs each term by its frequency in the whole table, so it ranks by itself only where
-        # the org is alone in its table (its own tables, past OWN_TEXT_ROWS, or a file holding one org);
-        # otherwise (at most OWN_TEXT_ROWS rows of a kind) the same BM25 is computed over the org's own rows,
-        # kept in the process (sqlite_fulltext.PrunedText), and nothing another org holds moves a score
-        sole = self._text.sole(kind, org)
+        # the org is alone in its table (its own tables, past OWN_TEXT_ROWS, or a file holding one org) and the
+        # caller may see all of it; otherwise (at most OWN_TEXT_ROWS rows of a kind, or restricted sections the
+        # caller may not see) the same BM25 is computed over what the caller may see of the org's own rows,
+        # kept in the process (sqlite_fulltext.PrunedText): nothing another org or caller holds moves a score
+        sole = self._text.sole(kind, org) and seen is None
         line = self.text_prune_rows
         if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
-            return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True)
+            return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True, seen=seen)
         rank = f"bm25({fts}{', ' + weights if weights else ''})"
         # CROSS JOIN keeps the full-text table outside: probing it once per content row would run the whole
         # match (and bm25's statistics) again for every row
@@ -562,7 +593,7 @@ class SQLiteStore:
         )
         if parents is None:
             if not sole:
-                return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=False)
+                return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=False, seen=seen)
             return self._hits(full + f" AND {alias}.org = ? ORDER BY rank, 1 LIMIT ?", [match, org, int(limit)])
         # A parent's rows are one rowid range (its slot, see sqlite_schema): FTS5 reads one parent's range
         # alone, so the search costs what that record (or document) holds, not every match in the store.
@@ -573,13 +604,13 @@ class SQLiteStore:
             return []
         held = self._text.scope_rows(kind, line, org=org, slots=slots)
         if held >= line:
-            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=True)
+            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=True, seen=seen)
         if not sole or (len(slots) > 1 and self._text.table_rows(kind, org=org) >= _WHOLE_TABLE * max(held, 1)):
             # another org's rows are in the table (above), or FTS5 would read every match in the table (testing
             # each one's slot) and every term's whole doclist for bm25's statistics; the same ranking, computed
             # over these parents' rows alone, costs what they hold (the same hits, order and scores: tested
             # against bm25() over the org's own rows)
-            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=False)
+            return self._pruned(kind, query, org=org, limit=limit, slots=slots, prune=False, seen=seen)
         if len(slots) == 1:
             scope, scope_params = f"{fts}.rowid BETWEEN ? AND ?", [slots[0] << SLOT_BITS, ((slots[0] + 1) << SLOT_BITS) - 1]
         else:
@@ -602,8 +633,10 @@ class SQLiteStore:
             )
         return [Hit(id=r[0], parent=r[1], score=-float(r[2])) for r in rows[: int(limit)]]
 
-    def _pruned(self, kind: str, query: str, *, org: str, limit: int, slots: list[int] | None, prune: bool) -> list[Hit]:
-        found = self._text.search(kind, terms(query), org=org, limit=limit, slots=slots, prune=prune)
+    def _pruned(
+        self, kind: str, query: str, *, org: str, limit: int, slots: list[int] | None, prune: bool, seen: Seen | None = None
+    ) -> list[Hit]:
+        found = self._text.search(kind, terms(query), org=org, limit=limit, slots=slots, prune=prune, seen=seen)
         return [Hit(id=i, parent=p, score=s) for i, p, s in found]
 
     def _hits(self, sql: str, params: list[Any]) -> list[Hit]:
@@ -735,6 +768,7 @@ class SQLiteStore:
 
 
 _EDGE_COLUMNS = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
+_ORGS_RESTRICTED_KEPT = 256  # orgs whose restricted sections' slots a store keeps (SQLiteStore._seen)
 _TIE_SLACK = 32  # rows a full-text search among parents shortlists beyond its limit (see search_text)
 _WHOLE_TABLE = 16  # several parents' full text is ranked in Python once the table holds this many times their rows
 _PER_SLOT = 1 << SLOT_BITS

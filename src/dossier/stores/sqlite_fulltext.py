@@ -76,6 +76,7 @@ _LENGTH_SAMPLE = 50_000  # an org's rows read for their average length (beyond i
 #: read whole (_whole_org), which is what keeps every org there off the shared index
 _RESIDENT_SCOPE = OWN_TEXT_ROWS
 _RESIDENT_TOKENS = 1_000_000  # tokens kept per table that way (the rows start again past this)
+_PARTS_KEPT = 256  # sets of slots whose statistics are kept per table while its index is unchanged (_part)
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
 
@@ -109,6 +110,28 @@ class _Statistics:
     sole: dict[str, bool] = field(default_factory=dict)  # org -> whether it is the only org in the table
     scopes: dict[tuple, int] = field(default_factory=dict)  # (org, most, slots) -> rows counted (scope_rows)
     whole: "_WholeOrg | None" = None  # a small org's rows read whole, as of its last search (_whole_org)
+    tokens: int = 0  # the rows' lengths in tokens, summed
+    parts: dict[frozenset[int], "_Part"] = field(default_factory=dict)  # slots -> their rows' statistics (_part)
+
+
+@dataclass
+class _Part:
+    """The statistics of the rows of some parents' slots (a :class:`Seen`'s): how many, their tokens, and how
+    many hold each term."""
+
+    rows: int
+    tokens: int
+    df: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """Whose rows a search's statistics count: the org's, less those of its ``restricted`` parents' slots
+    (documents some callers may not see), plus those of the ``shown`` ones (the restricted documents this
+    caller may see, among them)."""
+
+    restricted: frozenset[int]
+    shown: frozenset[int]
 
 
 @dataclass(frozen=True)
@@ -220,13 +243,18 @@ class PrunedText:
 
     # -- search ------------------------------------------------------------------------------------
     def search(
-        self, kind: str, found: list[str], *, org: str, limit: int, slots: Sequence[int] | None, prune: bool = True
+        self, kind: str, found: list[str], *, org: str, limit: int, slots: Sequence[int] | None, prune: bool = True,
+        seen: Seen | None = None,
     ) -> list[tuple[str, str, float]]:
         """(id, parent, score) of the best ``limit`` rows of the scope (the org's, or ``slots``') holding any of
         the terms ``found``, best first, ties by id. With ``prune`` false every matching row of the scope is
-        scored (the complete ranking, as FTS5's bm25() gives it)."""
+        scored (the complete ranking, as FTS5's bm25() gives it). With ``seen``, the statistics are those of
+        the rows it counts (:meth:`_seen_stats`): the scores a copy of the org holding only those rows gives."""
         table = self._table(kind, org)
         stats = self._org_stats(table, found, org)
+        resident = stats.rows <= _RESIDENT_SCOPE
+        if seen is not None:
+            stats = self._seen_stats(table, stats, found, seen, org=org)
         if stats.rows <= 0:
             return []
         matching = sorted((t for t in found if stats.df[t] > 0), key=lambda t: (stats.df[t], t))
@@ -243,7 +271,7 @@ class PrunedText:
             rowids = sorted(held)
         else:
             rowids = self._rows(table, _any(matching), org=org, slots=slots, limit=None)
-        scored = self._score(table, found, stats, rowids, org=org)
+        scored = self._score(table, found, stats, rowids, org=org, resident=resident)
         if postings is not None:  # the rows holding none of the phrases (a phrase's first token alone) score 0
             scored = [row for row in scored if row[2] > 0.0]
         scored.sort(key=lambda row: (-row[2], row[0]))
@@ -341,10 +369,11 @@ class PrunedText:
         return rows if not skip else [r for r in rows if r not in skip]
 
     def _score(
-        self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str
+        self, table: _Table, found: list[str], stats: _Statistics, rowids: list[int], *, org: str, resident: bool
     ) -> list[tuple[str, str, float]]:
-        """(id, parent, BM25) of the org's rows among ``rowids``, scored as FTS5's bm25() scores them."""
-        if stats.rows <= _RESIDENT_SCOPE:
+        """(id, parent, BM25) of the org's rows among ``rowids``, scored as FTS5's bm25() scores them with
+        ``stats``; ``resident``: the org holds few rows of the kind (:meth:`_score_resident`)."""
+        if resident:
             return self._score_resident(table, found, stats, rowids, org=org)
         idf = [_idf(stats.rows, stats.df[term]) for term in found]  # in the order of the query's phrases
         read = self._read(table, rowids, ("c.id", f"c.{table.parent}", "hex(d.sz)"), org=org)
@@ -474,7 +503,8 @@ class PrunedText:
                 [org, _LENGTH_SAMPLE],
             )[0][0])  # fmt: skip
             tokens = sum(_size(bytes.fromhex(v)) for v in sizes)
-            stats = _Statistics(whole.key, rows, float(tokens) / float(len(sizes)) if sizes else 1.0)
+            average = float(tokens) / float(len(sizes)) if sizes else 1.0
+            stats = _Statistics(whole.key, rows, average, tokens=tokens if len(sizes) == rows else round(average * rows))
             self._org_statistics[key] = stats
             while len(self._org_statistics) > _ORGS_KEPT:
                 self._org_statistics.popitem(last=False)
@@ -536,17 +566,64 @@ class PrunedText:
     def _count_in(self, stats: _Statistics, found: list[str], whole: _WholeOrg) -> None:
         """:meth:`_count` among a small org's rows read whole: the rows holding each term's phrase."""
         for term in found:
-            if term in stats.df:
-                continue
-            phrase = self._tokens(term)
-            if not phrase:
-                stats.df[term] = 0
-            elif len(phrase) == 1:
-                stats.df[term] = len(whole.postings.get(phrase[0], ()))
+            if term not in stats.df:
+                stats.df[term] = len(self._holding(whole, term))
+
+    def _holding(self, whole: _WholeOrg, term: str) -> list[int]:
+        """The rowids of a small org's rows (read whole) holding ``term``'s phrase."""
+        phrase = self._tokens(term)
+        if not phrase:
+            return []
+        if len(phrase) == 1:
+            return list(whole.postings.get(phrase[0], ()))
+        return [r for r in whole.postings.get(phrase[0], ()) if (row := whole.rows[r]) is not None
+                and any(_occurrences(tokens, phrase) for _, tokens in row.columns)]  # fmt: skip
+
+    # -- what a caller may see ---------------------------------------------------------------------
+    def _seen_stats(self, table: _Table, stats: _Statistics, found: list[str], seen: Seen, *, org: str) -> _Statistics:
+        """The statistics of the rows ``seen`` counts: the org's, less its restricted parents' rows, plus the
+        rows of the restricted parents the caller may see. The parts are exact counts (kept with the org's
+        statistics while the index is unchanged), so the scores are those of an org holding only these rows."""
+        if not seen.restricted:
+            return stats
+        less = self._part(table, stats, found, seen.restricted, org=org)
+        more = self._part(table, stats, found, seen.shown, org=org) if seen.shown else _Part(0, 0)
+        rows, tokens = stats.rows - less.rows + more.rows, stats.tokens - less.tokens + more.tokens
+        df = {t: stats.df[t] - less.df[t] + more.df.get(t, 0) for t in found}
+        return _Statistics(stats.key, rows, float(tokens) / float(rows) if rows else 1.0, df, tokens=tokens, whole=stats.whole)
+
+    def _part(self, table: _Table, stats: _Statistics, found: list[str], slots: frozenset[int], *, org: str) -> _Part:
+        """The statistics of the org's rows in ``slots``: from its rows read whole where the org is small,
+        otherwise their FTS5 sizes (a rowid range per slot) and a match per term tested against the slots."""
+        part = stats.parts.get(slots)
+        whole = stats.whole
+        if part is None:
+            if len(stats.parts) >= _PARTS_KEPT:
+                stats.parts.clear()
+            if whole is not None:
+                held = [row for rowid, row in whole.rows.items() if row is not None and row.org == org and rowid >> SLOT_BITS in slots]
+                part = _Part(len(held), sum(row.length for row in held))
             else:
-                held = (whole.rows[r] for r in whole.postings.get(phrase[0], ()))
-                stats.df[term] = sum(1 for row in held if row is not None and any(
-                    _occurrences(tokens, phrase) for _, tokens in row.columns))
+                ordered, sizes = sorted(slots), []
+                for start in range(0, len(ordered), _SLOTS_PER_READ):
+                    chunk = ordered[start : start + _SLOTS_PER_READ]
+                    ranges = " UNION ALL ".join([f"SELECT d.sz FROM {table.fts}_docsize d JOIN {table.content} c "
+                                                 "ON c.rowid = d.id WHERE d.id BETWEEN ? AND ? AND c.org = ?"] * len(chunk))  # fmt: skip
+                    params = [v for slot in chunk for v in (slot << SLOT_BITS, ((slot + 1) << SLOT_BITS) - 1, org)]
+                    sizes += json.loads(self._query(f"SELECT {_ARRAY % 'hex(sz)'} FROM ({ranges})", params)[0][0])
+                part = _Part(len(sizes), sum(_size(bytes.fromhex(v)) for v in sizes))
+            stats.parts[slots] = part
+        missing = [t for t in found if t not in part.df]
+        if missing and whole is not None:
+            for term in missing:
+                part.df[term] = sum(1 for r in self._holding(whole, term) if r >> SLOT_BITS in slots)
+        elif missing:
+            listed = json.dumps(sorted(slots))
+            sql = (f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ? "
+                   f"AND (rowid >> {SLOT_BITS}) IN (SELECT value FROM json_each(?))")  # fmt: skip
+            for term in missing:
+                part.df[term] = int(self._query(sql, [_phrase(term), listed])[0][0]) if self._tokens(term) else 0
+        return part
 
     def _read_statistics(self, table: _Table, found: list[str]) -> _Statistics:
         records = dict(self._query(f"SELECT id, block FROM {table.fts}_data WHERE id IN (1, 10)", []))
@@ -555,7 +632,7 @@ class PrunedText:
         if stats is None or stats.key != key:
             averages = _varints(records.get(1) or b"")
             rows, tokens = (averages[0], sum(averages[1:])) if averages else (0, 0)
-            stats = _Statistics(key, rows, float(tokens) / float(rows) if rows else 1.0)
+            stats = _Statistics(key, rows, float(tokens) / float(rows) if rows else 1.0, tokens=tokens)
             self._statistics[table.fts] = stats
         self._count(table, stats, found)
         return stats
