@@ -18,7 +18,7 @@ from .fulltext import fts5_query, terms
 from .sqlite_cache import GenerationCache, document_chars, memory_chars
 from .sqlite_connect import connect
 from .sqlite_fulltext import PrunedText, Seen
-from .sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SLOT_BITS, give_own_text_tables, needs_own_text_tables
+from .sqlite_schema import MIGRATIONS, OWN_TEXT_ROWS, SCHEMA_VERSION, SLOT_BITS, give_own_text_tables, needs_own_text_tables
 
 if TYPE_CHECKING:
     import numpy as np
@@ -581,7 +581,9 @@ class SQLiteStore:
         # caller may not see) the same BM25 is computed over what the caller may see of the org's own rows,
         # kept in the process (sqlite_fulltext.PrunedText): nothing another org or caller holds moves a score
         sole = self._text.sole(kind, org) and seen is None
-        line = self.text_prune_rows
+        # for a viewer, a scope past OWN_TEXT_ROWS is pruned: without FTS5's own ranking, a complete one would
+        # score every match in Python, its texts read again at every search
+        line = self.text_prune_rows if seen is None else min(self.text_prune_rows, OWN_TEXT_ROWS + 1)
         if parents is None and self._text.scope_rows(kind, line, org=org, slots=None) >= line:
             return self._pruned(kind, query, org=org, limit=limit, slots=None, prune=True, seen=seen)
         rank = f"bm25({fts}{', ' + weights if weights else ''})"

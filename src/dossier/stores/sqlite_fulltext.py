@@ -36,7 +36,13 @@ the table. Among 100,000 memories of one record a typical question matches some 
   of a file several share) has all its rows of the kind read and tokenised once, kept as their tokens'
   weighted counts and indexed by token while the org's generation stays (after its own writes, only the
   rows whose content hash changed are read again): its matches, word counts and scores come from them,
-  never from a match of the index every org shares (whose cost would tell what other orgs hold).
+  never from a match of the index every org shares (whose cost would tell what other orgs hold);
+* a search for a viewer (:class:`Seen`: the slots of the org's restricted documents, and of those among them
+  the caller may see) scores with the statistics of the rows it may see: the org's, less the restricted
+  documents' rows, plus the rows of those it may see (exact counts: the parts' rows and tokens from FTS5's
+  sizes, each term's rows by a match tested against the slots, or among a small org's rows read whole;
+  the restricted documents' part kept while the index is unchanged), so that a row it may not see never
+  moves a score.
 
 What pruning gives up: a row holding none of the terms that chose the candidates, or one not read
 among them, is not ranked even if it would have scored into the top. Codes such as ``NW-EDU-40`` are
@@ -605,11 +611,10 @@ class PrunedText:
                 part = _Part(len(held), sum(row.length for row in held))
             else:
                 ordered, sizes = sorted(slots), []
-                for start in range(0, len(ordered), _SLOTS_PER_READ):
+                for start in range(0, len(ordered), _SLOTS_PER_READ):  # a slot's rows are one parent's, of one org
                     chunk = ordered[start : start + _SLOTS_PER_READ]
-                    ranges = " UNION ALL ".join([f"SELECT d.sz FROM {table.fts}_docsize d JOIN {table.content} c "
-                                                 "ON c.rowid = d.id WHERE d.id BETWEEN ? AND ? AND c.org = ?"] * len(chunk))  # fmt: skip
-                    params = [v for slot in chunk for v in (slot << SLOT_BITS, ((slot + 1) << SLOT_BITS) - 1, org)]
+                    ranges = " UNION ALL ".join([f"SELECT sz FROM {table.fts}_docsize WHERE id BETWEEN ? AND ?"] * len(chunk))
+                    params = [v for slot in chunk for v in (slot << SLOT_BITS, ((slot + 1) << SLOT_BITS) - 1)]
                     sizes += json.loads(self._query(f"SELECT {_ARRAY % 'hex(sz)'} FROM ({ranges})", params)[0][0])
                 part = _Part(len(sizes), sum(_size(bytes.fromhex(v)) for v in sizes))
             stats.parts[slots] = part
