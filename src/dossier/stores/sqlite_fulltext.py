@@ -258,7 +258,9 @@ class PrunedText:
         the rows it counts (:meth:`_seen_stats`): the scores a copy of the org holding only those rows gives."""
         table = self._table(kind, org)
         stats = self._org_stats(table, found, org)
-        resident = stats.rows <= _RESIDENT_SCOPE
+        # a viewer's search of a larger org (pruned, see SQLiteStore._search_text) keeps the rows it read too:
+        # the same candidates, such as the many sections it may not see, come back search after search
+        resident = stats.rows <= _RESIDENT_SCOPE or seen is not None
         if seen is not None:
             stats = self._seen_stats(table, stats, found, seen, org=org)
         if stats.rows <= 0:
