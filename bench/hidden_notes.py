@@ -14,8 +14,10 @@ real model and kept under ``--cache`` with the built store (``hidden-notes-N.db`
 code is rebuilt by that code if its file is missing). Brief calls about jane@acme.com by caller ``ana``,
 each with a new question, alternate with the query embedding timed alone; prints one JSON line:
 ``brief_p50_ms``, ``brief_p95_ms``, ``embed_p50_ms``, ``section_text_p50_ms`` (the section full-text
-searches of a call), ``cold_first_call_ms`` (a new process opens the store and makes one call) and the load
-average before and after.
+searches of a call), ``cold_first_call_ms`` (a new process opens the store and makes one call),
+``after_write_p50_ms`` (a call right after a memory of jane@acme.com was written, in a copy of the store: a
+write moves the org's generation, and what is kept per generation is read again) and the load average before
+and after.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,6 +100,29 @@ def cold_call(path: str) -> None:
         print(json.dumps({"first_call_ms": round((time.perf_counter() - started) * 1000, 1)}))
 
 
+def after_write(path: Path, embedder: OnnxMiniLM, pool: list[str], rng: random.Random, seen: set[str],
+                calls: int = 40) -> list[float]:  # fmt: skip
+    """Calls each made right after a memory of jane@acme.com is written, in a copy of the store."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / path.name
+        shutil.copy(path, copy)
+        if Path(f"{path}-ann").exists():
+            shutil.copytree(f"{path}-ann", f"{copy}-ann")
+        with dossier.open(f"sqlite:///{copy}", embedder=embedder) as engine:
+            questions = unique_questions(pool, rng, calls + 5, seen)
+            for q in questions[:5]:  # warm up
+                engine.retrieve({"mode": "brief", "record": RECORD, "message": q}, org="northwind", caller="ana")
+            for i, q in enumerate(questions[5:]):
+                engine.load_bundle({"memories": [{"id": f"bench-written-{i}", "org": "northwind", "record": "rec-jane",
+                                                  "text": f"Jane asked again about the renewal ({i}).",
+                                                  "created_at": "2026-01-01T00:00:00Z"}]})  # fmt: skip
+                started = time.perf_counter()
+                engine.retrieve({"mode": "brief", "record": RECORD, "message": q}, org="northwind", caller="ana")
+                out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--notes", type=int, default=20_000, help="notes attached to other contacts (default 20,000)")
@@ -135,10 +162,12 @@ def main() -> None:
                 texts.append(timers.take().get("fulltext:section", 0.0))
         finally:
             timers.restore()
+    written = after_write(path, embedder, pool, rng, seen)
     print(json.dumps({
         "notes": args.notes, "calls": len(totals), "brief_p50_ms": round(statistics.median(totals), 2),
         "brief_p95_ms": round(percentile(totals, 0.95), 2), "embed_p50_ms": round(statistics.median(embeds), 2),
         "section_text_p50_ms": round(statistics.median(texts), 2), "cold_first_call_ms": cold["first_call_ms"],
+        "after_write_p50_ms": round(statistics.median(written), 2),
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "cores": len(os.sched_getaffinity(0)),
         "dossier": str(Path(dossier.__file__).parent),
     }))  # fmt: skip

@@ -128,6 +128,18 @@ class SearcherContract:
         assert answers("acme", viewer) == copy  # and beside another org
         assert answers("acme-copy", None) == copy  # the copy's viewer may see all of it
         assert answers("acme", None) != copy  # the premise: counted over the whole org, the hidden words move scores
+        # a memory written, then a hidden document made visible to everyone (and written to the copy too): the
+        # statistics follow the document, not the write before it
+        store.write(make_batch(embedder, memories=[_memory("acme", "m-new", "r-jane", "A discount was asked for.",
+                                                           "2024-06-01T00:00:00+00:00")]))  # fmt: skip
+        assert answers("acme", viewer) == copy
+        opened = [d for d in documents("acme", flooded=True) if d.id == "d-legal-3"][0].model_copy(update={"visible_to_roles": None})
+        store.write(make_batch(embedder, documents=[opened]))
+        store.write(make_batch(embedder, documents=[opened.model_copy(update={"org": "acme-copy"})]))
+        hidden.discard("d-legal-3")
+        reopened = answers("acme-copy", viewer)
+        assert reopened != copy and any(h[1] == "d-legal-3" for found in reopened for h in found)
+        assert answers("acme", viewer) == reopened
 
     def test_search_text_over_memories_and_parents_restriction(self, store: Store, embedder: Any) -> None:
         write_world(store, embedder)

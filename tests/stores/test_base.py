@@ -61,7 +61,7 @@ def test_a_viewer_and_the_restricted_index_apply_the_visibility_rule() -> None:
         for n, (system, roles, record) in enumerate(product(
             (False, True), (None, (), ("sales",), ("legal", "sales"), ("legal",)), (None, "r-jane", "r-bob")))
     ]  # fmt: skip
-    index = RestrictedIndex((d.id, d) for d in documents)
+    index = RestrictedIndex((d.id, d.is_system, d.visible_to_roles, d.attached_record) for d in documents)
     for roles, records in product(((), ("sales",), ("legal",), ("sales", "support")), ((), ("r-jane",), ("r-jane", "r-old"))):
         viewer = Viewer(roles=frozenset(roles), record_ids=frozenset(records))
         rule = {d.id for d in documents if verdict(d, org="acme", roles=roles, record_ids=records) is None}

@@ -71,29 +71,38 @@ class Viewer:
 
     def may_see(self, access: DocumentAccess) -> bool:
         """The visibility rule (``pipeline.visibility.verdict``) on a restricted document of the viewer's org."""
-        if access.is_system:
+        return self.allows(access.is_system, access.visible_to_roles, access.attached_record)
+
+    def allows(self, is_system: bool, roles: Sequence[str] | None, attached_record: str | None) -> bool:
+        """:meth:`may_see` on a document's access fields (``is_system``, ``visible_to_roles``, ``attached_record``)."""
+        if is_system:
             return False
-        if access.visible_to_roles is not None and self.roles.isdisjoint(access.visible_to_roles):
+        if roles is not None and self.roles.isdisjoint(roles):
             return False
-        return access.attached_record is None or access.attached_record in self.record_ids
+        return attached_record is None or attached_record in self.record_ids
+
+
+#: a restricted document as :class:`RestrictedIndex` keeps it: the store's key for it, then its access fields
+#: (``is_system``, ``visible_to_roles``, ``attached_record``)
+Restricted: TypeAlias = "tuple[K, bool, Sequence[str] | None, str | None]"
 
 
 class RestrictedIndex(Generic[K]):
-    """An org's restricted documents (:class:`DocumentAccess`), each with a key of the store's choosing (the
-    SQLite store's row slot, the PostgreSQL store's document id), grouped so that what a viewer may see among
-    them costs what it may see: the documents attached to no record are judged for every viewer, those attached
-    to a record only for the viewers whose call is about it."""
+    """An org's restricted documents (:data:`Restricted`), each with a key of the store's choosing (the SQLite
+    store's row slot, the PostgreSQL store's document id), grouped so that what a viewer may see among them
+    costs what it may see: the documents attached to no record are judged for every viewer, those attached to a
+    record only for the viewers whose call is about it."""
 
-    def __init__(self, rows: Iterable[tuple[K, DocumentAccess]]) -> None:
-        self._unattached: list[tuple[K, DocumentAccess]] = []
-        self._attached: dict[str, list[tuple[K, DocumentAccess]]] = {}
+    def __init__(self, rows: Iterable[Restricted[K]]) -> None:
+        self._unattached: list[Restricted[K]] = []
+        self._attached: dict[str, list[Restricted[K]]] = {}
         keys = []
-        for key, access in rows:
-            keys.append(key)
-            if access.attached_record is None:
-                self._unattached.append((key, access))
+        for row in rows:
+            keys.append(row[0])
+            if row[3] is None:
+                self._unattached.append(row)
             else:
-                self._attached.setdefault(access.attached_record, []).append((key, access))
+                self._attached.setdefault(row[3], []).append(row)
         self.keys: frozenset[K] = frozenset(keys)
         self._shown: dict[tuple[frozenset[str], frozenset[str]], frozenset[K]] = {}
 
@@ -103,7 +112,7 @@ class RestrictedIndex(Generic[K]):
         found = self._shown.get(cache_key)
         if found is None:
             rows = [*self._unattached, *(row for r in sorted(cache_key[1]) for row in self._attached[r])]
-            found = frozenset(key for key, access in rows if viewer.may_see(access))
+            found = frozenset(key for key, system, roles, attached in rows if viewer.allows(system, roles, attached))
             if len(self._shown) >= _SHOWN_KEPT:
                 self._shown.clear()
             self._shown[cache_key] = found

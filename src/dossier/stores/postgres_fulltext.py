@@ -41,7 +41,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .base import DocumentAccess, RestrictedIndex, Viewer
+from .base import RestrictedIndex, Viewer
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 #: BM25 of row ``s`` (its ``length`` in tokens is stored beside its ``tsvector``), given the average row
@@ -170,8 +170,7 @@ class TextSearch:
                 "AND (is_system OR visible_to_roles IS NOT NULL OR attached_record IS NOT NULL)",
                 [org],
             )  # fmt: skip
-            index = RestrictedIndex((r[0], DocumentAccess(id=r[0], org=org, is_system=bool(r[1]),
-                                     visible_to_roles=None if r[2] is None else tuple(r[2]), attached_record=r[3])) for r in rows)  # fmt: skip
+            index = RestrictedIndex((str(r[0]), bool(r[1]), r[2], r[3]) for r in rows)
             kept = self._restricted[org] = (index, now)
             while len(self._restricted) > _SAMPLES:
                 self._restricted.popitem(last=False)

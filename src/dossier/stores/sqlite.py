@@ -75,7 +75,7 @@ class SQLiteStore:
         self._text_numbers: dict[str, int] = {}  # org -> its number in text_tables (committed, never changes)
         self._searching: tuple[str, int | None] | None = None  # (org, its number) during one full-text search
         self._text = PrunedText(self._query, self._text_number)  # full text over large scopes
-        self._restricted: dict[str, tuple[int | None, RestrictedIndex[int]]] = {}  # org -> (generation, its restricted sections' slots)
+        self._restricted: dict[str, tuple[int | None, tuple, RestrictedIndex[int]]] = {}  # org -> (generation, section index key, restricted slots)
         # documents and memories kept while their org's generation stays (stores/sqlite_cache.py)
         self._documents: GenerationCache[Document] = GenerationCache(self._generation, document_chars)
         self._memories: GenerationCache[Memory] = GenerationCache(self._generation, memory_chars)
@@ -551,22 +551,26 @@ class SQLiteStore:
         those of the ones ``viewer`` may see."""
         generation = self._generation(org)
         kept = self._restricted.get(org)
+        if kept is not None and generation is not None and kept[0] != generation:
+            # the org wrote: its documents changed only if its sections' full-text table did (a document written
+            # rewrites its sections' rows; documents are never deleted), so a memory written keeps the index
+            text_key = self._text.index_key("section", org=org)
+            if text_key == kept[1]:
+                kept = self._restricted[org] = (generation, text_key, kept[2])
         if kept is None or generation is None or kept[0] != generation:
-            rows = self._query(
-                "SELECT p.slot, d.id, d.is_system, d.visible_to_roles, d.attached_record FROM documents d "
-                "JOIN parent_slots p ON p.org = d.org AND p.kind = 'section' AND p.parent = d.id "
+            text_key = self._text.index_key("section", org=org)  # read first: a write landing meanwhile changes it
+            # one row of JSON, not a row per document (the org may restrict tens of thousands, notes about records)
+            rows = json.loads(self._query(
+                "SELECT json_group_array(json_array(p.slot, d.is_system, json(d.visible_to_roles), d.attached_record)) "
+                "FROM documents d JOIN parent_slots p ON p.org = d.org AND p.kind = 'section' AND p.parent = d.id "
                 "WHERE d.org = ? AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)",
                 [org],
-            )  # fmt: skip
-            index = RestrictedIndex(
-                (int(r[0]), DocumentAccess(id=r[1], org=org, is_system=bool(r[2]),
-                 visible_to_roles=None if r[3] is None else tuple(json.loads(r[3])), attached_record=r[4]))
-                for r in rows
-            )  # fmt: skip
+            )[0][0])  # fmt: skip
+            index = RestrictedIndex((int(slot), bool(system), roles, attached) for slot, system, roles, attached in rows)
             if len(self._restricted) >= _ORGS_RESTRICTED_KEPT:
                 self._restricted.clear()
-            kept = self._restricted[org] = (generation, index)
-        index = kept[1]
+            kept = self._restricted[org] = (generation, text_key, index)
+        index = kept[2]
         if not index.keys:
             return None
         return Seen(restricted=index.keys, shown=index.shown(viewer))

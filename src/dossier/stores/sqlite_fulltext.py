@@ -242,6 +242,11 @@ class PrunedText:
         stats.scopes[key] = counted
         return counted
 
+    def index_key(self, kind: str, *, org: str) -> tuple:
+        """The structure and averages records of the full-text table holding ``org``'s rows of ``kind``: any write
+        to the table (a document written rewrites its sections' rows) changes them."""
+        return self._read_statistics(self._table(kind, org), []).key
+
     def table_rows(self, kind: str, *, org: str) -> int:
         """Rows in the full-text table of ``kind`` holding ``org``'s rows (every org's in a shared one): FTS5's
         own count, one read."""
