@@ -257,6 +257,8 @@ class PostgresStore:
                     for org in sorted(set(groups) - self._text_partitions - texts):  # every org writing may hold text
                         self._create_text_partitions(conn, org)
                         texts.add(org)
+                    # what a search reads from here on is not kept past the write (forgotten again when it ends)
+                    self._text.forget(set(groups) - orgs)
                     for org in sorted(groups):
                         conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
                         write_org(conn.cursor(binary=True), org, groups[org])

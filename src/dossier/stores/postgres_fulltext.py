@@ -71,9 +71,13 @@ class TextSearch:
         self._df: dict[tuple[str, str, str], tuple[int, float]] = {}  # (org, kind, term) -> (df, when counted)
         self._restricted: OrderedDict[str, tuple[RestrictedIndex[str], float]] = OrderedDict()  # org -> its restricted documents
         self._shown: OrderedDict[tuple[str, frozenset[str]], _Shown] = OrderedDict()  # (org, documents) -> their rows' statistics
+        #: org -> how many times this process wrote to it: what was read before a write ends is not kept after it
+        self._epochs: dict[str, int] = {}
 
     def forget(self, orgs: set[str]) -> None:
         """Drop the statistics of ``orgs`` (this process just wrote to them)."""
+        for org in orgs:
+            self._epochs[org] = self._epochs.get(org, 0) + 1
         for key in [k for k in self._samples if k[0] in orgs]:
             del self._samples[key]
         self._df = {k: v for k, v in self._df.items() if k[0] not in orgs}
@@ -161,7 +165,7 @@ class TextSearch:
 
     def _seen(self, org: str, viewer: Viewer) -> frozenset[str] | None:
         """The restricted documents of ``org`` that ``viewer`` may see (None: the org restricts none)."""
-        now = time.monotonic()
+        now, epoch = time.monotonic(), self._epochs.get(org, 0)
         kept = self._restricted.get(org)
         if kept is None or now - kept[1] > self.ttl:
             rows = self._query(
@@ -170,27 +174,32 @@ class TextSearch:
                 "AND (is_system OR visible_to_roles IS NOT NULL OR attached_record IS NOT NULL)",
                 [org],
             )  # fmt: skip
-            index = RestrictedIndex((str(r[0]), bool(r[1]), r[2], r[3]) for r in rows)
-            kept = self._restricted[org] = (index, now)
-            while len(self._restricted) > _SAMPLES:
-                self._restricted.popitem(last=False)
-        self._restricted.move_to_end(org)
+            kept = (RestrictedIndex((str(r[0]), bool(r[1]), r[2], r[3]) for r in rows), now)
+            if self._epochs.get(org, 0) == epoch:  # no write of this process ended meanwhile
+                self._restricted[org] = kept
+                while len(self._restricted) > _SAMPLES:
+                    self._restricted.popitem(last=False)
+        if org in self._restricted:
+            self._restricted.move_to_end(org)
         return kept[0].shown(viewer) if kept[0].keys else None
 
     def _shown_statistics(self, org: str, documents: frozenset[str], lexemes: list[str]) -> "_Shown":
         """How many sections ``documents`` hold, their tokens, and how many hold each of ``lexemes`` (exact;
         kept for ``ttl`` seconds, dropped when this process writes to the org)."""
-        key, now = (org, documents), time.monotonic()
+        key, now, epoch = (org, documents), time.monotonic(), self._epochs.get(org, 0)
         shown = self._shown.get(key)
         if shown is None or now - shown.when > self.ttl:
             rows, tokens = self._query(
                 org, "SELECT count(*), coalesce(sum(length), 0) FROM sections_fts WHERE org = %b AND document = ANY(%b::text[])",
                 [org, sorted(documents)],
             )[0]  # fmt: skip
-            shown = self._shown[key] = _Shown(int(rows), int(tokens), {}, now)
-            while len(self._shown) > _SAMPLES:
-                self._shown.popitem(last=False)
-        self._shown.move_to_end(key)
+            shown = _Shown(int(rows), int(tokens), {}, now)
+            if self._epochs.get(org, 0) == epoch:
+                self._shown[key] = shown
+                while len(self._shown) > _SAMPLES:
+                    self._shown.popitem(last=False)
+        if key in self._shown:
+            self._shown.move_to_end(key)
         missing = sorted({lex for lex in lexemes if lex not in shown.lexemes})
         if missing:
             counted = dict(self._query(
@@ -199,7 +208,11 @@ class TextSearch:
                 "AND f.document = ANY(%b::text[]) AND u.lexeme = ANY(%b::text[]) GROUP BY u.lexeme",
                 [org, sorted(documents), missing],
             ))  # fmt: skip
-            shown.lexemes.update((lex, int(counted.get(lex, 0))) for lex in missing)
+            fresh = {lex: int(counted.get(lex, 0)) for lex in missing}
+            if self._epochs.get(org, 0) == epoch:
+                shown.lexemes.update(fresh)
+            else:  # read across a write: for this search alone
+                shown = _Shown(shown.rows, shown.tokens, {**shown.lexemes, **fresh}, shown.when)
         return shown
 
     def _statistics(
@@ -214,6 +227,7 @@ class TextSearch:
         df: dict[str, int] = {}
         rarer: list[str] = []
         kinds = f"{kind} public" if public else kind  # the statistics' cache key
+        epoch = self._epochs.get(org, 0)
         for term in found:
             lex = lexeme[term]
             hits = stats.lexemes.get(lex, 0) if lex is not None else 0
@@ -238,7 +252,8 @@ class TextSearch:
                 self._df.clear()
             for term, n in counted:
                 df[term] = int(n)
-                self._df[(org, kinds, term)] = (int(n), now)
+                if self._epochs.get(org, 0) == epoch:
+                    self._df[(org, kinds, term)] = (int(n), now)
         if not public:
             return max(stats.rows, 1), max(stats.average_length, 1.0), df
         rows, tokens = stats.rows, stats.tokens
@@ -254,7 +269,7 @@ class TextSearch:
         """The org's row count and, from its first ``sample`` rows, their average length and how many of
         them hold each lexeme; kept for ``ttl`` seconds (and for at most ``_SAMPLES`` orgs and kinds). With
         ``public``, of the sections of documents every caller of the org may see."""
-        key, now = (org, f"{kind} public" if public else kind), time.monotonic()
+        key, now, epoch = (org, f"{kind} public" if public else kind), time.monotonic(), self._epochs.get(org, 0)
         cached = self._samples.get(key)
         if cached is not None and now - cached.when <= self.ttl:
             self._samples.move_to_end(key)
@@ -272,9 +287,10 @@ class TextSearch:
         average = float(tokens) / float(size) if size else 1.0
         sample = _Sample(total, size, average if tokens else 1.0, {r[0]: int(r[1]) for r in rows if r[0] is not None}, now,
                          tokens if size >= total else round(average * total))  # fmt: skip
-        self._samples[key] = sample
-        while len(self._samples) > _SAMPLES:
-            self._samples.popitem(last=False)
+        if self._epochs.get(org, 0) == epoch:  # read after this process's last write to the org ended
+            self._samples[key] = sample
+            while len(self._samples) > _SAMPLES:
+                self._samples.popitem(last=False)
         return sample
 
 

@@ -199,7 +199,7 @@ class PrunedText:
         self.cap = cap
         self._statistics: dict[str, _Statistics] = {}  # fts table -> statistics of the whole table
         self._org_statistics: OrderedDict[tuple[str, str], _Statistics] = OrderedDict()  # (fts, org) -> the org's
-        self._resident: dict[str, _Resident] = {}  # fts table -> the small orgs' rows read so far
+        self._resident: OrderedDict[str, _Resident] = OrderedDict()  # fts table -> the rows read so far (_score_resident)
         self._whole: OrderedDict[tuple[str, str], _WholeOrg] = OrderedDict()  # (fts, org) -> its rows, see _whole_org
         self._pieces: dict[str, tuple[str, ...]] = {}  # piece of text -> its FTS5 tokens
         self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
@@ -426,9 +426,14 @@ class PrunedText:
             resident = self._resident.get(table.fts)
             if resident is None or resident.key != stats.key or resident.tokens > _RESIDENT_TOKENS:
                 resident = self._resident[table.fts] = _Resident(stats.key)
+            self._resident.move_to_end(table.fts)
             missing = [r for r in rowids if r not in resident.rows]
             if missing:
                 self._read_rows(table, missing, resident)
+                # one bound for every table's rows (viewers' searches keep them for large orgs' own tables too):
+                # past it, the tables searched least recently give theirs back
+                while sum(r.tokens for r in self._resident.values()) > _RESIDENT_TOKENS and len(self._resident) > 1:
+                    self._resident.popitem(last=False)
             held = resident.rows
         rows = [row for r in rowids if (row := held[r]) is not None and row.org == org]
         phrases = [self._tokens(term) for term in found]
@@ -600,19 +605,23 @@ class PrunedText:
         if not seen.restricted:
             return stats
         less = self._part(table, stats, found, seen.restricted, org=org)
-        more = self._part(table, stats, found, seen.shown, org=org) if seen.shown else _Part(0, 0)
+        more = self._part(table, stats, found, seen.shown, org=org, kept=seen.restricted) if seen.shown else _Part(0, 0)
         rows, tokens = stats.rows - less.rows + more.rows, stats.tokens - less.tokens + more.tokens
         df = {t: stats.df[t] - less.df[t] + more.df.get(t, 0) for t in found}
         return _Statistics(stats.key, rows, float(tokens) / float(rows) if rows else 1.0, df, tokens=tokens, whole=stats.whole)
 
-    def _part(self, table: _Table, stats: _Statistics, found: list[str], slots: frozenset[int], *, org: str) -> _Part:
+    def _part(
+        self, table: _Table, stats: _Statistics, found: list[str], slots: frozenset[int], *, org: str,
+        kept: frozenset[int] | None = None,
+    ) -> _Part:
         """The statistics of the org's rows in ``slots``: from its rows read whole where the org is small,
-        otherwise their FTS5 sizes (a rowid range per slot) and a match per term tested against the slots."""
+        otherwise their FTS5 sizes (a rowid range per slot) and a match per term tested against the slots.
+        Past ``_PARTS_KEPT`` sets the others are dropped, the part of ``kept`` (every viewer's) kept."""
         part = stats.parts.get(slots)
         whole = stats.whole
         if part is None:
             if len(stats.parts) >= _PARTS_KEPT:
-                stats.parts.clear()
+                stats.parts = {k: v for k, v in stats.parts.items() if k == kept}
             if whole is not None:
                 held = [row for rowid, row in whole.rows.items() if row is not None and row.org == org and rowid >> SLOT_BITS in slots]
                 part = _Part(len(held), sum(row.length for row in held))
