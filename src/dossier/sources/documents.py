@@ -281,7 +281,8 @@ class DocumentsSource:
                      withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
         """Full-text hits among the sections the caller may see; those holding an exact code from the
         question rank first."""
-        hits = hidden.top(lambda n, among: store.search_text("section", text, org=org, limit=n, parents=among, viewer=hidden.viewer),
+        hits = hidden.top(lambda n, among: store.search_text("section", text, org=org, limit=n, parents=among,
+                                                             viewer=hidden.viewer),
                           limit, withheld)  # fmt: skip
         exact = codes(text)
         if not exact:

@@ -23,7 +23,8 @@ higher is better (cosine similarity for vectors, negated BM25 for full text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Generic, Hashable, Iterable, Literal, Protocol, Sequence, TypeAlias, TypeVar, runtime_checkable
+from typing import (TYPE_CHECKING, Callable, Generic, Hashable, Iterable, Literal, Protocol, Sequence, TypeAlias, TypeVar,
+                    runtime_checkable)
 
 from ..errors import OrgRequired
 

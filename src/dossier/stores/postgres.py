@@ -46,7 +46,7 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (VECTOR_KINDS, DocumentAccess, Viewer, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, require_org, text_scope_asked,
+from .base import (VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, require_org, text_scope_asked,
                    walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch

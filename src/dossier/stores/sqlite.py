@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
-from .base import (DocumentAccess, RestrictedIndex, Viewer, EdgeHop, Hit, ItemKind, TextKind, VectorKind, WriteBatch, property_key, require_org, text_scope_asked,
+from .base import (DocumentAccess, EdgeHop, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch, property_key, require_org,
+                   text_scope_asked,
                    walk_edges)
 from .fulltext import fts5_query, terms
 from .sqlite_cache import GenerationCache, document_chars, memory_chars
@@ -75,7 +76,8 @@ class SQLiteStore:
         self._text_numbers: dict[str, int] = {}  # org -> its number in text_tables (committed, never changes)
         self._searching: tuple[str, int | None] | None = None  # (org, its number) during one full-text search
         self._text = PrunedText(self._query, self._text_number)  # full text over large scopes
-        self._restricted: dict[str, tuple[int | None, tuple, RestrictedIndex[int]]] = {}  # org -> (generation, section index key, restricted slots)
+        #: org -> (its generation, its sections' full-text index key, its restricted documents' slots): SQLiteStore._seen
+        self._restricted: dict[str, tuple[int | None, tuple, RestrictedIndex[int]]] = {}
         # documents and memories kept while their org's generation stays (stores/sqlite_cache.py)
         self._documents: GenerationCache[Document] = GenerationCache(self._generation, document_chars)
         self._memories: GenerationCache[Memory] = GenerationCache(self._generation, memory_chars)
@@ -547,18 +549,18 @@ class SQLiteStore:
 
     def _seen(self, org: str, viewer: Viewer) -> Seen | None:
         """Which sections' rows a search for ``viewer`` counts in its statistics (None: the org's restricted
-        documents hold none): the org's restricted documents' slots, kept while its generation stays, and
-        those of the ones ``viewer`` may see."""
+        documents hold none): the org's restricted documents' slots, kept while the org's generation stays or
+        its sections' full-text table is unchanged, and those of the ones ``viewer`` may see."""
         generation = self._generation(org)
         kept = self._restricted.get(org)
-        if kept is not None and generation is not None and kept[0] != generation:
+        if kept is None or generation is None or kept[0] != generation:
             # the org wrote: its documents changed only if its sections' full-text table did (a document written
-            # rewrites its sections' rows; documents are never deleted), so a memory written keeps the index
+            # rewrites its sections' rows; documents are never deleted), so a memory written keeps the index.
+            # The key is read before the documents: a write landing meanwhile changes it.
             text_key = self._text.index_key("section", org=org)
-            if text_key == kept[1]:
+            if kept is not None and generation is not None and text_key == kept[1]:
                 kept = self._restricted[org] = (generation, text_key, kept[2])
         if kept is None or generation is None or kept[0] != generation:
-            text_key = self._text.index_key("section", org=org)  # read first: a write landing meanwhile changes it
             # one row of JSON, not a row per document (the org may restrict tens of thousands, notes about records)
             rows = json.loads(self._query(
                 "SELECT json_group_array(json_array(p.slot, d.is_system, json(d.visible_to_roles), d.attached_record)) "

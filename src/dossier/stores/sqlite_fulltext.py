@@ -623,7 +623,8 @@ class PrunedText:
             if len(stats.parts) >= _PARTS_KEPT:
                 stats.parts = {k: v for k, v in stats.parts.items() if k == kept}
             if whole is not None:
-                held = [row for rowid, row in whole.rows.items() if row is not None and row.org == org and rowid >> SLOT_BITS in slots]
+                held = [row for rowid, row in whole.rows.items()
+                        if row is not None and row.org == org and rowid >> SLOT_BITS in slots]
                 part = _Part(len(held), sum(row.length for row in held))
             else:
                 ordered, sizes = sorted(slots), []
