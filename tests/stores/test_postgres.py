@@ -382,3 +382,35 @@ def test_full_text_statements_are_never_prepared_but_other_reads_are(pg_store: P
             prepared += [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
     assert any("memories" in s and "created_at" in s for s in prepared), prepared  # the recent tier is prepared
     assert not [s for s in prepared if "_fts" in s], [s for s in prepared if "_fts" in s]
+
+
+def test_a_viewers_sampled_statistics_never_draw_a_section_it_may_not_see(pg_store: PostgresStore, embedder: Any) -> None:
+    """Past its sample the store estimates the word statistics from the org's first rows: for a viewer they are
+    drawn from the unrestricted sections alone (the restricted ones it may see added exactly), and a word rare in
+    the sample is counted through the index among those alone. Here 120 sections only the legal role may see
+    hold "zanzibar" and "tariff" many times; 40 sections everyone may see hold "tariff" alone."""
+    from dossier.bundle import Document, Org, Section
+    from dossier.stores.base import Viewer
+
+    hidden = [Document(id=f"d-legal-{n:03d}", org="acme", title="Tariff rules", visible_to_roles=("legal",), sections=(
+        Section(id=f"s-legal-{n:03d}", heading="Zanzibar", text="zanzibar tariff zanzibar tariff clause " * 4),))
+        for n in range(120)]  # fmt: skip
+    open_ = [Document(id=f"d-open-{n:03d}", org="acme", title="Price list", sections=(
+        Section(id=f"s-open-{n:03d}", heading="Prices", text=f"The tariff for region {n} is listed here."),))
+        for n in range(40)]  # fmt: skip
+    sales = [Document(id="d-sales", org="acme", title="Sales desk", visible_to_roles=("sales",), sections=(
+        Section(id="s-sales", heading="Desk", text="The sales desk quotes the tariff."),))]  # fmt: skip
+    pg_store.write(make_batch(embedder, orgs=[Org(id="acme")], documents=hidden + open_ + sales, vectors=False))
+    pg_store._text.sample = 30  # the org (161 sections) is past its sample: estimates, and the index for rare words
+    found = ["zanzibar", "tariff"]
+    lexeme = pg_store._text._lexemes("acme", found)
+    viewer = Viewer(roles=frozenset({"sales"}), record_ids=frozenset())
+    shown = pg_store._text._seen("acme", viewer)
+    assert shown == {"d-sales"}
+    rows, _, df = pg_store._text._statistics("acme", "section", found, lexeme, shown)
+    assert rows == 41 and df["zanzibar"] == 0  # 40 open sections and the sales desk's; the legal ones never
+    assert 30 <= df["tariff"] <= 41  # estimated from a sample of the open sections, the sales desk's added
+    _, _, org_wide = pg_store._text._statistics("acme", "section", found, lexeme)
+    assert org_wide["zanzibar"] > 0  # the premise: without a viewer, the org's statistics hold the legal sections
+    hits = pg_store.search_text("section", "zanzibar tariff", org="acme", limit=5, viewer=viewer)
+    assert hits and all(h.score > 0 for h in hits)
