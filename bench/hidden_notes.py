@@ -14,7 +14,8 @@ and every full-text search counts its word statistics without them. The texts ar
 real model and kept under ``--cache`` with the built store (``hidden-notes-N.db``; a store built by other
 code is rebuilt by that code if its file is missing). Brief calls about jane@acme.com by caller ``ana``,
 each with a new question, alternate with the query embedding timed alone; prints one JSON line:
-``brief_p50_ms``, ``brief_p95_ms``, ``embed_p50_ms``, ``section_text_p50_ms`` (the section full-text
+``brief_p50_ms``, ``brief_p95_ms``, ``embed_p50_ms``, ``brief_p50_over_embed_p50`` (the call against its
+physical floor, one query embedding), ``section_text_p50_ms`` (the section full-text
 searches of a call), ``cold_first_call_ms`` (a new process opens the store and makes one call),
 ``after_write_p50_ms`` (a call right after a memory of jane@acme.com was written, in a copy of the store: a
 write moves the org's generation, and what is kept per generation is read again) and the load average before
@@ -189,6 +190,7 @@ def main() -> None:
     print(json.dumps({
         "notes": args.notes, "calls": len(totals), "brief_p50_ms": round(statistics.median(totals), 2),
         "brief_p95_ms": round(percentile(totals, 0.95), 2), "embed_p50_ms": round(statistics.median(embeds), 2),
+        "brief_p50_over_embed_p50": round(statistics.median(totals) / statistics.median(embeds), 2),
         "section_text_p50_ms": round(statistics.median(texts), 2), "cold_first_call_ms": cold["first_call_ms"],
         "after_write_p50_ms": round(statistics.median(written), 2) if written else None,
         "store": "sqlite" if path is not None else "postgresql",
