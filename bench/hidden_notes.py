@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 import corpus  # noqa: E402
-from retrieve import SAMPLE, SAMPLE_QUESTIONS, CachedTexts, Timers, percentile, unique_questions  # noqa: E402
+from retrieve import SAMPLE, CachedTexts, Timers, percentile, question_pool, unique_questions  # noqa: E402
 
 import dossier  # noqa: E402
 from dossier.providers.embeddings import OnnxMiniLM  # noqa: E402
@@ -164,9 +164,7 @@ def main() -> None:
     embedder = OnnxMiniLM()
     embedder.embed_query("warm up")
     rng, seen = random.Random(23), set[str]()
-    evaluation = json.loads(SAMPLE_QUESTIONS.read_text(encoding="utf-8"))["questions"]
-    pool = [q["message"] for q in evaluation if q["org"] == "northwind" and q.get("message")]
-    pool += [corpus.question(random.Random(i)) for i in range(200)]
+    pool = question_pool()
     totals, embeds, texts = [], [], []
     with dossier.open(url, embedder=embedder) as engine:
         questions = unique_questions(pool, rng, args.calls + 10, seen)

@@ -353,7 +353,8 @@ def one_record_store(args: argparse.Namespace) -> tuple[Path, dict]:
         built["load_s"] = round(time.perf_counter() - started, 1)
     for suffix in ("-wal", "-shm"):
         Path(f"{partial}{suffix}").unlink(missing_ok=True)
-    Path(f"{partial}-ann").rename(f"{path}-ann")
+    if Path(f"{partial}-ann").exists():  # none below the store's ANN line (5,000 memories)
+        Path(f"{partial}-ann").rename(f"{path}-ann")
     partial.rename(path)
     return path, built
 
@@ -370,6 +371,13 @@ def cold_process_call(path: str) -> None:
     print(json.dumps({"open_ms": round((opened - started) * 1000, 1), "first_call_ms": round((done - opened) * 1000, 1)}))
 
 
+def question_pool() -> list[str]:
+    """The sample org's labelled questions and 200 from bench/corpus.py: what the one-record calls draw from."""
+    evaluation = json.loads(SAMPLE_QUESTIONS.read_text(encoding="utf-8"))["questions"]
+    pool = [q["message"] for q in evaluation if q["org"] == "northwind" and q.get("message")]
+    return pool + [corpus.question(random.Random(i)) for i in range(200)]
+
+
 def one_record(args: argparse.Namespace) -> dict:
     load_before = os.getloadavg()[0]
     path, built = one_record_store(args)
@@ -378,9 +386,7 @@ def one_record(args: argparse.Namespace) -> dict:
     embedder = OnnxMiniLM()
     embedder.embed_query("warm up")
     rng, seen = random.Random(23), set[str]()
-    evaluation = json.loads(SAMPLE_QUESTIONS.read_text(encoding="utf-8"))["questions"]
-    pool = [q["message"] for q in evaluation if q["org"] == "northwind" and q.get("message")]
-    pool += [corpus.question(random.Random(i)) for i in range(200)]
+    pool = question_pool()
     out: dict = {"mode": "one-record", "memories": args.memories, "store": str(path), **built,
                  "cold_open_ms": cold["open_ms"], "cold_first_call_ms": cold["first_call_ms"]}  # fmt: skip
     with dossier.open(f"sqlite:///{path}", embedder=embedder) as engine:

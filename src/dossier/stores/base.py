@@ -39,6 +39,9 @@ TextKind = Literal["section", "memory"]
 ItemKind = Literal["org", "caller", "record", "memory", "document", "edge"]
 VECTOR_KINDS: tuple[VectorKind, ...] = ("section", "memory", "property")
 K = TypeVar("K", bound=Hashable)
+#: a document ``d`` some callers of its org may not see, as SQL (both stores): a system document, one visible to
+#: some roles only, or a note attached to a record; the rest are visible to every caller of the org
+RESTRICTED_SQL = "(d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, require_org, text_scope_asked,
+from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, require_org, text_scope_asked,
                    walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
@@ -511,7 +511,7 @@ class PostgresStore:
         require_org(org, "restricted_documents")
         sql = (
             "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record FROM documents d "
-            "WHERE d.org = %b AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)"
+            f"WHERE d.org = %b AND {RESTRICTED_SQL}"
         )
         if ids is None:
             rows = self._query(org, sql + " ORDER BY d.id", [org])

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .base import RestrictedIndex, Viewer
+from .base import RESTRICTED_SQL, RestrictedIndex, Viewer
 
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 #: BM25 of row ``s`` (its ``length`` in tokens is stored beside its ``tsvector``), given the average row
@@ -170,8 +170,8 @@ class TextSearch:
         if kept is None or now - kept[1] > self.ttl:
             rows = self._query(
                 org,
-                "SELECT id, is_system, visible_to_roles, attached_record FROM documents WHERE org = %b "
-                "AND (is_system OR visible_to_roles IS NOT NULL OR attached_record IS NOT NULL)",
+                f"SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record FROM documents d WHERE d.org = %b "
+                f"AND {RESTRICTED_SQL}",
                 [org],
             )  # fmt: skip
             kept = (RestrictedIndex((str(r[0]), bool(r[1]), r[2], r[3]) for r in rows), now)
@@ -319,8 +319,7 @@ class _Shown:
 
 
 #: a full-text row ``f`` of a section of a document every caller of its org may see
-_PUBLIC = (" AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.org = f.org AND d.id = f.document "
-           "AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL))")  # fmt: skip
+_PUBLIC = f" AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.org = f.org AND d.id = f.document AND {RESTRICTED_SQL})"
 
 
 def _any(found: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
-from .base import (DocumentAccess, EdgeHop, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch, property_key, require_org,
+from .base import (RESTRICTED_SQL, DocumentAccess, EdgeHop, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch, property_key, require_org,
                    text_scope_asked,
                    walk_edges)
 from .fulltext import fts5_query, terms
@@ -455,7 +455,7 @@ class SQLiteStore:
         require_org(org, "restricted_documents")
         sql = (
             "SELECT d.id, d.is_system, d.visible_to_roles, d.attached_record FROM documents d "
-            "WHERE d.org = ? AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)"
+            f"WHERE d.org = ? AND {RESTRICTED_SQL}"
         )
         if ids is None:
             rows = self._query(sql + " ORDER BY d.id", [org])
@@ -565,7 +565,7 @@ class SQLiteStore:
             rows = json.loads(self._query(
                 "SELECT json_group_array(json_array(p.slot, d.is_system, json(d.visible_to_roles), d.attached_record)) "
                 "FROM documents d JOIN parent_slots p ON p.org = d.org AND p.kind = 'section' AND p.parent = d.id "
-                "WHERE d.org = ? AND (d.is_system OR d.visible_to_roles IS NOT NULL OR d.attached_record IS NOT NULL)",
+                f"WHERE d.org = ? AND {RESTRICTED_SQL}",
                 [org],
             )[0][0])  # fmt: skip
             index = RestrictedIndex((int(slot), bool(system), roles, attached) for slot, system, roles, attached in rows)
