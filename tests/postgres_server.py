@@ -18,6 +18,8 @@ import shutil
 import tempfile
 import uuid
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -85,6 +87,18 @@ class TestServer:
         self._admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         if name in self._created:
             self._created.remove(name)
+
+    @contextmanager
+    def outage(self, url: str) -> Iterator[None]:
+        """The database of ``url`` refuses every connection (its open ones are ended) until the block ends:
+        for the application, the server is down."""
+        name = conninfo_to_dict(url)["dbname"]
+        self._admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        self._admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
+        try:
+            yield
+        finally:
+            self._admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
 
     def close(self) -> None:
         for name in list(self._created):

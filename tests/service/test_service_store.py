@@ -8,6 +8,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from dossier.errors import StoreUnavailable
 from dossier.stores import store_from_url
 from dossier.stores.service_base import (
     ApiKey,
@@ -179,6 +180,30 @@ def test_check_ready_fails_when_postgres_refuses_writes_while_reads_go_on(postgr
         postgres_server.drop_database(url)
 
 
+def test_service_tables_fail_at_once_while_the_server_is_down_and_answer_when_it_is_back(postgres_server) -> None:  # type: ignore[no-untyped-def]
+    """A key check during an outage is StoreUnavailable at once (the service answers 503), not after the
+    pool's 30 s wait; once the server is back the next one answers."""
+    import time
+
+    url = postgres_server.create_database()
+    store = service_store_from_url(url)
+    try:
+        store.add_key(ApiKey(id="k1", org="north", caller="ana", secret_hash="h" * 64, created_at=1.0))
+        with postgres_server.outage(url):
+            for _ in range(2):
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable, match="unreachable"):
+                    store.get_key("k1")
+                assert time.monotonic() - started < 10
+            time.sleep(8)  # the pool's own attempts back off meanwhile
+        started = time.monotonic()
+        assert store.get_key("k1") is not None
+        assert time.monotonic() - started < 5
+    finally:
+        store.close()
+        postgres_server.drop_database(url)
+
+
 def test_service_tables_replace_connections_the_server_dropped(postgres_server) -> None:  # type: ignore[no-untyped-def]
     """After a PostgreSQL restart every idle pooled connection is dead: the next transaction tests them."""
     import psycopg
@@ -188,7 +213,7 @@ def test_service_tables_replace_connections_the_server_dropped(postgres_server) 
     store = service_store_from_url(url)
     try:
         store.add_key(ApiKey(id="k1", org="north", caller="ana", secret_hash="h" * 64, created_at=1.0))
-        pool = store._dialect._pool  # type: ignore[attr-defined]
+        pool = store._dialect._pool.pool  # type: ignore[attr-defined]
         held = [pool.getconn() for _ in range(3)]
         for conn in held:
             pool.putconn(conn)

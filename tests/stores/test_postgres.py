@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -202,9 +203,9 @@ def test_pooled_connections_the_server_dropped_are_replaced_not_reported(postgre
     store = PostgresStore(pg_url, pool_size=4)
     try:
         write_world(store, embedder, "acme")
-        held = [store._pool.getconn() for _ in range(3)]  # three connections open, then idle in the pool
+        held = [store._pool.pool.getconn() for _ in range(3)]  # three connections open, then idle in the pool
         for conn in held:
-            store._pool.putconn(conn)
+            store._pool.pool.putconn(conn)
         name = psycopg.conninfo.conninfo_to_dict(pg_url)["dbname"]
         with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
             ended = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
@@ -212,12 +213,39 @@ def test_pooled_connections_the_server_dropped_are_replaced_not_reported(postgre
         assert ended >= 3
         for _ in range(5):  # each read would have met a dead connection
             assert store.counts(org="acme")["memories"] > 0
-        held = [store._pool.getconn() for _ in range(3)]
+        held = [store._pool.pool.getconn() for _ in range(3)]
         for conn in held:
-            store._pool.putconn(conn)
+            store._pool.pool.putconn(conn)
         with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
         store.write(make_batch(embedder, **_beta()))  # a write's transaction, the same way
+        assert store.counts(org="beta")["records"] > 0
+    finally:
+        store.close()
+
+
+def test_an_outage_fails_each_call_at_once_and_the_store_answers_again_when_the_server_is_back(
+    postgres_server: Any, pg_url: str, embedder: Any
+) -> None:
+    """While the server refuses connections every call fails with StoreUnavailable at once, not after the
+    pool's 30 s wait for a connection it cannot make, and a write loses nothing; once the server is back the
+    next call answers, without waiting out the back-off of the pool's own failed attempts."""
+    store = PostgresStore(pg_url, pool_size=4)  # the default 30 s wait for a pooled connection
+    try:
+        write_world(store, embedder, "acme")
+        before = store.counts(org="acme")
+        with postgres_server.outage(pg_url):
+            for call in (lambda: store.counts(org="acme"), lambda: store.search_text("memory", "discount", org="acme", limit=5),
+                         lambda: store.write(make_batch(embedder, **_beta()))):  # fmt: skip
+                started = time.monotonic()
+                with pytest.raises(dossier.StoreUnavailable, match="unreachable"):
+                    call()
+                assert time.monotonic() - started < 10  # a refused connection, not the pool's 30 s
+            time.sleep(8)  # the pool's own attempts back off (1, 2, 4, 8 s ...): its next is seconds away
+        started = time.monotonic()
+        assert store.counts(org="acme") == before  # the write during the outage left nothing
+        assert time.monotonic() - started < 5
+        store.write(make_batch(embedder, **_beta()))
         assert store.counts(org="beta")["records"] > 0
     finally:
         store.close()
@@ -377,7 +405,7 @@ def test_full_text_statements_are_never_prepared_but_other_reads_are(pg_store: P
         pg_store.recent_memories(["r-jane"], org="acme", limit=3)
     prepared: list[str] = []
     with ExitStack() as stack:  # every connection of the pool at once
-        connections = [stack.enter_context(pg_store._pool.connection()) for _ in range(pg_store._pool.max_size)]
+        connections = [stack.enter_context(pg_store._pool.connection()) for _ in range(pg_store._pool.pool.max_size)]
         for conn in connections:
             prepared += [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
     assert any("memories" in s and "created_at" in s for s in prepared), prepared  # the recent tier is prepared

@@ -50,6 +50,7 @@ from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, I
                    walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
+from .postgres_pool import Pool, dropped
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, partition_ddl, text_partition_ddl
 from .postgres_write import group_by_org, write_org
 
@@ -145,12 +146,15 @@ class PostgresStore:
             register_vector_info(conn, info)
             conn.execute("SET timezone = 'UTC'; SET client_min_messages = warning")
 
-        self._pool = ConnectionPool(
-            url, min_size=1, max_size=pool_size, timeout=timeout, connection_class=_Connection,
-            kwargs={"autocommit": True}, configure=configure, open=False, name="dossier",
-        )  # fmt: skip
+        def make() -> ConnectionPool:
+            return ConnectionPool(
+                url, min_size=1, max_size=pool_size, timeout=timeout, connection_class=_Connection,
+                kwargs={"autocommit": True}, configure=configure, open=False, name="dossier",
+            )  # fmt: skip
+
+        self._pool = Pool(make, url=url, label=self._label, probe_timeout=min(timeout, 5.0))
         try:
-            self._pool.open(wait=True, timeout=timeout)
+            self._pool.open(timeout)
         except PoolTimeout as exc:
             self._pool.close()
             raise StoreUnavailable(f"cannot connect to PostgreSQL store at {self._label}: {exc}") from exc
@@ -228,6 +232,7 @@ class PostgresStore:
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if dropped(self._pool, conn, attempt):  # the statement never completed: a read, or an idempotent upsert
                     continue
+                self._pool.unsure()
                 raise StoreUnavailable(f"PostgreSQL store at {self._label} is unreachable: {exc}") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"PostgreSQL query failed: {exc}") from exc
@@ -718,6 +723,7 @@ class _Transaction:
                 self._lease = self.store._pool.connection()
                 conn = self._lease.__enter__()
             except (psycopg.OperationalError, PoolTimeout) as exc:
+                self.store._pool.unsure()
                 raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
             try:
                 self._tx = conn.transaction()
@@ -727,6 +733,7 @@ class _Transaction:
                 self._lease.__exit__(type(exc), exc, exc.__traceback__)
                 if dropped(self.store._pool, conn, attempt):  # nothing was done on it yet
                     continue
+                self.store._pool.unsure()
                 raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
         if self.org is not None:
             conn.execute("SELECT set_config('dossier.org', %b, true)", [self.org])
@@ -737,16 +744,6 @@ class _Transaction:
             self._tx.__exit__(*exc)
         finally:
             self._lease.__exit__(*exc)
-
-
-def dropped(pool: ConnectionPool[Any], conn: psycopg.Connection[Any] | None, attempt: int) -> bool:
-    """Whether a first attempt failed on a pooled connection the server dropped (a restart, a failover).
-    The pool's other idle connections are likely gone too: they are tested, and replaced, before the caller
-    tries once more (only what had not begun, or may run twice)."""
-    if attempt == 1 and conn is not None and conn.broken:
-        pool.check()
-        return True
-    return False
 
 
 def _redacted(url: str) -> str:

@@ -14,7 +14,8 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
-from .postgres import _dossier_options, dropped, trusted
+from .postgres import _dossier_options, trusted
+from .postgres_pool import Pool, dropped
 from .service_sql import Access, SQLServiceStore, Statement
 
 #: ``SERVICE_MIGRATIONS[i]`` moves the service tables from version i to i + 1.
@@ -69,10 +70,13 @@ class PostgresServiceDialect:
             raise StoreUnavailable(f"cannot open the service tables at {redacted_url(url)}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"cannot prepare the service tables at {redacted_url(url)}: {exc}") from exc
-        self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, timeout=timeout, kwargs={"autocommit": True},
-                                    open=False, name="dossier-service")  # fmt: skip
+        def make() -> ConnectionPool:
+            return ConnectionPool(url, min_size=1, max_size=pool_size, timeout=timeout, kwargs={"autocommit": True},
+                                  open=False, name="dossier-service")  # fmt: skip
+
+        self._pool = Pool(make, url=url, label=redacted_url(url), probe_timeout=min(timeout, 5.0))
         try:
-            self._pool.open(wait=True, timeout=timeout)
+            self._pool.open(timeout)
         except PoolTimeout as exc:
             self._pool.close()
             raise StoreUnavailable(f"cannot connect to the service tables at {redacted_url(url)}: {exc}") from exc
@@ -119,6 +123,7 @@ class PostgresServiceDialect:
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if not began and dropped(self._pool, conn, attempt):  # BEGIN failed: nothing ran on it
                     continue
+                self._pool.unsure()
                 raise StoreUnavailable(f"the service tables at {redacted_url(self.url)} are unreachable: {exc}") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"PostgreSQL service query failed (nothing was written): {exc}") from exc
