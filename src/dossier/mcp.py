@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Callable, cast
 
+import anyio
 import anyio.to_thread
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
-from mcp_types import ToolAnnotations
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, ToolAnnotations
 from pydantic import ConfigDict, Field, ValidationError
 
 from .errors import DossierError
@@ -209,6 +212,35 @@ class _Server(MCPServer):
             where = clip(".".join(str(p) for p in first["loc"]) or "arguments", 200, quote=False)
             message = "unknown argument" if first["type"] == "extra_forbidden" else str(first["msg"])
             raise ToolError(f"Error executing tool {name}: invalid arguments: {where}: {clip(message, 200, quote=False)}") from cause
+
+
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio transport, but a line that is not a JSON-RPC message is answered with JSON-RPC's error
+        (:func:`_unread`, id null) instead of not at all, so a client waiting on it learns at once what went wrong."""
+        async with stdio_server() as (read_stream, write_stream):
+            sifted_send, sifted = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+            async def sift() -> None:
+                async with sifted_send:
+                    async for item in read_stream:
+                        if isinstance(item, Exception):
+                            await write_stream.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=_unread(item))))
+                        else:
+                            await sifted_send.send(item)
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(sift)
+                await self._lowlevel_server.run(sifted, write_stream, self._lowlevel_server.create_initialization_options())
+                tasks.cancel_scope.cancel()
+
+
+def _unread(exc: Exception) -> ErrorData:
+    """JSON-RPC's error for a line the transport could not read: -32700 (parse error) when it is not JSON,
+    -32600 (invalid request) when it is JSON but no JSON-RPC 2.0 message."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if not errors or any(e["type"] == "json_invalid" for e in errors):
+        return ErrorData(code=PARSE_ERROR, message="Parse error: the line is not JSON")
+    return ErrorData(code=INVALID_REQUEST, message="Invalid Request: the line is JSON but not a JSON-RPC 2.0 message")
 
 
 def _strict(tool: Tool) -> Tool:

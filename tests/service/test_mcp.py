@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
+import subprocess
 import sys
 from typing import Any, Awaitable, Callable
 
@@ -97,6 +100,39 @@ def test_remember_add_document_and_feedback_over_stdio(live: Live) -> None:
     assert rated["recorded"] is True
     row = live.service.store.get_audit(found["call_id"])
     assert row is not None and row.front_end == "mcp" and row.caller == "ana"
+
+
+def test_a_stdio_line_that_is_no_json_rpc_message_is_answered_with_its_error_and_the_session_goes_on(live: Live) -> None:
+    """JSON-RPC 2.0: a line that is not JSON gets a parse error (-32700), JSON that is no message an invalid
+    request (-32600), both with id null, instead of no answer; the requests after them are served."""
+    env = {**os.environ, "DOSSIER_API_KEY": live.keys["ana"], "DOSSIER_DATABASE_URL": f"sqlite:///{live.db}"}
+    process = subprocess.Popen([sys.executable, "-m", "dossier.cli", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, env=env, text=True)  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+
+    def ask(line: str) -> dict[str, Any]:
+        process.stdin.write(line + "\n")  # type: ignore[union-attr]
+        process.stdin.flush()  # type: ignore[union-attr]
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        assert ready, f"no answer to {line!r} within 60 s"
+        return json.loads(process.stdout.readline())  # type: ignore[union-attr]
+
+    try:
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+        assert ask("this is not json {") == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32700, "message": "Parse error: the line is not JSON"}}
+        assert ask(json.dumps({"hello": "world"}))["error"]["code"] == -32600
+        answer = ask(json.dumps(initialize))
+        assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "dossier"
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        assert ask("[1, 2")["error"]["code"] == -32700  # in the session too
+        listed = ask(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}))
+        assert listed["id"] == 2 and {t["name"] for t in listed["result"]["tools"]} == TOOLS
+    finally:
+        process.stdin.close()
+        if process.wait(timeout=60) != 0:
+            raise AssertionError(f"dossier mcp exited with {process.returncode}")
 
 
 def test_feedback_on_another_orgs_call_is_refused_over_http_as_if_unknown(live: Live) -> None:
