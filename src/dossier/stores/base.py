@@ -310,10 +310,10 @@ class StoreSearcher(Protocol):
         viewer: Viewer | None = None,
     ) -> list[Hit]:
         """Full-text search; ``query`` is plain words (the store builds its own query syntax). With ``viewer``
-        (sections), the scores' word statistics count only the sections of documents that viewer may see: the
-        org's unrestricted documents and the restricted ones the rule lets it see. The hits may still hold
-        sections it may not see (the caller judges them); their scores, like every other, come from those
-        statistics."""
+        (sections), the search is that of a copy of the org holding only the sections of documents that viewer
+        may see (the org's unrestricted documents and the restricted ones the rule lets it see): the hits are
+        among them alone, so a section it may not see takes no place, and the scores' word statistics count
+        them alone. The caller still judges every hit (governance re-reads the documents)."""
 
     def text_scope_rows(self, kind: TextKind, *, org: str, most: int, parents: Sequence[str] | None = None) -> int:
         """How many rows a full-text search of ``kind`` in this scope (the org's, or ``parents``') covers,

@@ -90,7 +90,8 @@ class TextSearch:
         self, kind: str, found: list[str], *, org: str, limit: int, parents: Sequence[str] | None, viewer: Viewer | None = None
     ) -> list[tuple]:
         """(id, parent, score) of the best ``limit`` rows of ``kind`` matching any of the terms ``found``; with
-        ``viewer`` (sections), scored with the statistics of what it may see."""
+        ``viewer`` (sections), among the sections it may see alone (the org's unrestricted documents' and the
+        restricted ones it may see, as the database holds them now), scored with their statistics."""
         table, parent = _TABLES[kind]
         lexeme = self._lexemes(org, found)
         shown = self._seen(org, viewer) if kind == "section" and viewer is not None else None
@@ -101,6 +102,10 @@ class TextSearch:
         score = _BM25.format(k1=_K1, b=_B)
         weighted = [avg_length, [lexeme[t] for t in scored], [idf[t] for t in scored]]
         scope, scope_params = "org = %b", [org]  # type: str, list[Any]
+        if shown is not None:  # a viewer's search is a copy of the org holding what it may see: nothing else takes a place
+            scope += (f" AND ({parent} = ANY(%b::text[]) OR NOT EXISTS (SELECT 1 FROM documents d "
+                      f"WHERE d.org = %b AND d.id = {parent} AND {RESTRICTED_SQL}))")  # fmt: skip
+            scope_params += [sorted(shown), org]
         rare: list[str] = []
         if parents is not None:  # a few parents' rows come from the (org, parent) index: match every term
             scope += f" AND {parent} = ANY(%b::text[])"

@@ -259,9 +259,16 @@ class PrunedText:
     ) -> list[tuple[str, str, float]]:
         """(id, parent, score) of the best ``limit`` rows of the scope (the org's, or ``slots``') holding any of
         the terms ``found``, best first, ties by id. With ``prune`` false every matching row of the scope is
-        scored (the complete ranking, as FTS5's bm25() gives it). With ``seen``, the statistics are those of
-        the rows it counts (:meth:`_seen_stats`): the scores a copy of the org holding only those rows gives."""
+        scored (the complete ranking, as FTS5's bm25() gives it). With ``seen``, the search is that of a copy
+        of the org holding only the rows it counts: their statistics (:meth:`_seen_stats`), and the rows of
+        the restricted parents it does not show are never candidates, so none is read, scored or returned
+        (what the caller may not see neither takes a place nor costs a read beyond the index's)."""
         table = self._table(kind, org)
+        hidden = seen.restricted - seen.shown if seen is not None else frozenset()
+        if hidden and slots is not None:
+            slots = [s for s in slots if s not in hidden]
+            if not slots:
+                return []
         stats = self._org_stats(table, found, org)
         # a viewer's search of a larger org (pruned, see SQLiteStore._search_text) keeps the rows it read too:
         # the same candidates, such as the many sections it may not see, come back search after search
@@ -275,15 +282,16 @@ class PrunedText:
             return []
         postings = None if prune or stats.whole is None else stats.whole.postings
         if prune:
-            rowids = self._candidates(table, matching, stats, org=org, slots=slots, want=max(self.cap, 4 * int(limit)))
+            rowids = self._candidates(table, matching, stats, org=org, slots=slots, want=max(self.cap, 4 * int(limit)),
+                                      hidden=hidden)  # fmt: skip
         elif postings is not None:  # the org's rows holding a term's first token (in the slots): a superset of the match
             held = {r for term in matching for r in postings.get(self._tokens(term)[0], ())}
             if slots is not None:
                 within = set(slots)
                 held = {r for r in held if r >> SLOT_BITS in within}
-            rowids = sorted(held)
+            rowids = sorted(r for r in held if r >> SLOT_BITS not in hidden)
         else:
-            rowids = self._rows(table, _any(matching), org=org, slots=slots, limit=None)
+            rowids = self._rows(table, _any(matching), org=org, slots=slots, limit=None, hidden=hidden)
         scored = self._score(table, found, stats, rowids, org=org, resident=resident)
         if postings is not None:  # the rows holding none of the phrases (a phrase's first token alone) score 0
             scored = [row for row in scored if row[2] > 0.0]
@@ -291,9 +299,11 @@ class PrunedText:
         return scored[: int(limit)]
 
     def _candidates(
-        self, table: _Table, matching: list[str], stats: _Statistics, *, org: str, slots: Sequence[int] | None, want: int
+        self, table: _Table, matching: list[str], stats: _Statistics, *, org: str, slots: Sequence[int] | None, want: int,
+        hidden: frozenset[int] = frozenset(),
     ) -> list[int]:
-        """Rowids of the scope's rows holding the rarest terms (see the module's docstring), at most ``want``."""
+        """Rowids of the scope's rows holding the rarest terms (see the module's docstring), at most ``want``,
+        none in the ``hidden`` slots."""
         df = stats.df
         rare: list[str] = []
         matched = 0
@@ -304,7 +314,7 @@ class PrunedText:
             matched += df[term]
         out: dict[int, None] = {}
         if rare:
-            out.update(dict.fromkeys(self._rows(table, _any(rare), org=org, slots=slots, limit=want)))
+            out.update(dict.fromkeys(self._rows(table, _any(rare), org=org, slots=slots, limit=want, hidden=hidden)))
         # then rows holding all the common terms together, then all but the commonest, ...: a row lacking only
         # low-IDF terms scores above one lacking a rarer term. Terms weighing under a quarter of the rarest
         # common one (a word in half the rows weighs nearly nothing) only add to the scores: requiring them
@@ -322,7 +332,7 @@ class PrunedText:
                 if len(out) >= want:
                     break
                 needed = want - len(out)
-                rows = self._rows(table, match, org=org, slots=slots, limit=_LOOK_AHEAD * needed, skip=out)
+                rows = self._rows(table, match, org=org, slots=slots, limit=_LOOK_AHEAD * needed, skip=out, hidden=hidden)
                 out.update(dict.fromkeys(rows if len(rows) <= needed else self._shortest(table, rows, needed)))
         return list(out)
 
@@ -353,20 +363,25 @@ class PrunedText:
 
     def _rows(
         self, table: _Table, match: str, *, org: str, slots: Sequence[int] | None, limit: int | None,
-        skip: dict[int, None] | None = None,
+        skip: dict[int, None] | None = None, hidden: frozenset[int] = frozenset(),
     ) -> list[int]:
-        """Rowids of the scope's rows matching ``match`` (the first ``limit`` besides those in ``skip``)."""
+        """Rowids of the scope's rows matching ``match`` (the first ``limit`` besides those in ``skip``), none in
+        the ``hidden`` slots (passed over in the index: they take none of the ``limit``). ``slots`` must hold
+        no hidden one."""
         fts = table.fts
         fetch = -1 if limit is None else int(limit) + len(skip or ())
         params: list[Any]
+        # a hidden slot's rows are passed over as the match reads them, before the LIMIT counts them
+        unseen, unseen_params = (f" AND ({fts}.rowid >> {SLOT_BITS}) NOT IN (SELECT value FROM json_each(?))",
+                                 [json.dumps(sorted(hidden))]) if hidden and slots is None else ("", [])  # fmt: skip
         if slots is None and self._sole(table, org):  # no other org's rows to pass over (scored rows are checked again)
-            sql, params = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT ?", [match, fetch]
+            sql, params = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ?{unseen} LIMIT ?", [match, *unseen_params, fetch]
         elif slots is None:
             sql = (
                 f"SELECT f.rowid AS rowid FROM {fts} f CROSS JOIN {table.content} c ON c.rowid = f.rowid "
-                f"WHERE {fts} MATCH ? AND c.org = ? LIMIT ?"
+                f"WHERE {fts} MATCH ?{unseen.replace(fts + '.rowid', 'f.rowid')} AND c.org = ? LIMIT ?"
             )
-            params = [match, org, fetch]
+            params = [match, *unseen_params, org, fetch]
         else:  # one FTS5 cursor per slot, each reading that parent's rowid range alone
             rows: list[int] = []
             for start in range(0, len(slots), _SLOTS_PER_READ):
