@@ -82,6 +82,8 @@ _LENGTH_SAMPLE = 50_000  # an org's rows read for their average length (beyond i
 #: read whole (_whole_org), which is what keeps every org there off the shared index
 _RESIDENT_SCOPE = OWN_TEXT_ROWS
 _RESIDENT_TOKENS = 1_000_000  # tokens kept per table that way (the rows start again past this)
+_SMALL_SET = 200  # sets of slots up to this size go into a statement as a JSON list (past it: _among's tables)
+_SETS_KEPT = 4  # large sets of slots kept as temporary tables per connection
 _PARTS_KEPT = 256  # sets of slots whose statistics are kept per table while its index is unchanged (_part)
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]  # (sql, params) -> rows
@@ -205,6 +207,9 @@ class PrunedText:
         self._surface: dict[str, dict[str, int]] = {}  # token -> the known pieces holding it (and how often)
         self._learnt: set[bytes] = set()  # digests of texts whose every piece is in ``_pieces``
         self._scratch = False  # the temporary tokenising table exists on this connection
+        self._sets: OrderedDict[frozenset[int], str] = OrderedDict()  # large sets of slots -> their temporary table
+        self._set_number = 0
+        self._hidden: OrderedDict[tuple[int, frozenset[int]], tuple[frozenset[int], frozenset[int]]] = OrderedDict()
 
     def _table(self, kind: str, org: str) -> _Table:
         """The full-text table of ``kind`` that holds ``org``'s rows: its own, or the one orgs share."""
@@ -264,7 +269,7 @@ class PrunedText:
         the restricted parents it does not show are never candidates, so none is read, scored or returned
         (what the caller may not see neither takes a place nor costs a read beyond the index's)."""
         table = self._table(kind, org)
-        hidden = seen.restricted - seen.shown if seen is not None else frozenset()
+        hidden = self._hidden_of(seen) if seen is not None else frozenset()
         if hidden and slots is not None:
             slots = [s for s in slots if s not in hidden]
             if not slots:
@@ -372,8 +377,10 @@ class PrunedText:
         fetch = -1 if limit is None else int(limit) + len(skip or ())
         params: list[Any]
         # a hidden slot's rows are passed over as the match reads them, before the LIMIT counts them
-        unseen, unseen_params = (f" AND ({fts}.rowid >> {SLOT_BITS}) NOT IN (SELECT value FROM json_each(?))",
-                                 [json.dumps(sorted(hidden))]) if hidden and slots is None else ("", [])  # fmt: skip
+        unseen, unseen_params = "", []  # type: str, list[Any]
+        if hidden and slots is None:
+            among, unseen_params = self._among(hidden)
+            unseen = f" AND ({fts}.rowid >> {SLOT_BITS}) NOT IN ({among})"
         if slots is None and self._sole(table, org):  # no other org's rows to pass over (scored rows are checked again)
             sql, params = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ?{unseen} LIMIT ?", [match, *unseen_params, fetch]
         elif slots is None:
@@ -655,11 +662,10 @@ class PrunedText:
             for term in missing:
                 part.df[term] = sum(1 for r in self._holding(whole, term) if r >> SLOT_BITS in slots)
         elif missing:
-            listed = json.dumps(sorted(slots))
-            sql = (f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ? "
-                   f"AND (rowid >> {SLOT_BITS}) IN (SELECT value FROM json_each(?))")  # fmt: skip
+            among, listed = self._among(slots)
+            sql = f"SELECT count(*) FROM {table.fts} WHERE {table.fts} MATCH ? AND (rowid >> {SLOT_BITS}) IN ({among})"
             for term in missing:
-                part.df[term] = int(self._query(sql, [_phrase(term), listed])[0][0]) if self._tokens(term) else 0
+                part.df[term] = int(self._query(sql, [_phrase(term), *listed])[0][0]) if self._tokens(term) else 0
         return part
 
     def _read_statistics(self, table: _Table, found: list[str]) -> _Statistics:
@@ -718,6 +724,37 @@ class PrunedText:
             pieces = set(_pieces(text))
         self._tokenise([p for p in pieces - self._pieces.keys() if not _digits(p)])
         learnt.update(fresh)
+
+    def _hidden_of(self, seen: Seen) -> frozenset[int]:
+        """The restricted slots ``seen`` does not show: one set object per (restricted set, shown set), so that
+        :meth:`_among` finds its table without hashing a new set of many slots at every search."""
+        if not seen.shown:
+            return seen.restricted
+        key = (id(seen.restricted), seen.shown)
+        kept = self._hidden.get(key)
+        if kept is None or kept[0] is not seen.restricted:
+            kept = self._hidden[key] = (seen.restricted, seen.restricted - seen.shown)
+            while len(self._hidden) > _SETS_KEPT:
+                self._hidden.popitem(last=False)
+        self._hidden.move_to_end(key)
+        return kept[1]
+
+    def _among(self, slots: frozenset[int]) -> tuple[str, list[Any]]:
+        """SQL for ``slots`` on the right of ``IN``, and its parameters: a JSON list for a few; for many (an org's
+        restricted documents) a temporary table of them, written once and kept for the last ``_SETS_KEPT`` sets,
+        which SQLite probes by its key instead of parsing the list and indexing it again for every statement."""
+        if len(slots) <= _SMALL_SET:
+            return "SELECT value FROM json_each(?)", [json.dumps(sorted(slots))]
+        name = self._sets.get(slots)
+        if name is None:
+            self._set_number += 1
+            name = self._sets[slots] = f"temp.dossier_slots_{self._set_number}"
+            self._query(f"CREATE TABLE {name} (slot INTEGER PRIMARY KEY)", [])
+            self._query(f"INSERT INTO {name} SELECT value FROM json_each(?)", [json.dumps(sorted(slots))])
+            while len(self._sets) > _SETS_KEPT:
+                self._query(f"DROP TABLE IF EXISTS {self._sets.popitem(last=False)[1]}", [])
+        self._sets.move_to_end(slots)
+        return f"SELECT slot FROM {name}", []
 
     def _tokenise(self, pieces: list[str]) -> None:
         """Learn the FTS5 tokens of ``pieces`` (``porter unicode61``, by FTS5 itself)."""
