@@ -213,7 +213,6 @@ class _Server(MCPServer):
             message = "unknown argument" if first["type"] == "extra_forbidden" else str(first["msg"])
             raise ToolError(f"Error executing tool {name}: invalid arguments: {where}: {clip(message, 200, quote=False)}") from cause
 
-
     async def run_stdio_async(self) -> None:
         """The SDK's stdio transport, but a line that is not a JSON-RPC message is answered with JSON-RPC's error
         (:func:`_unread`, id null) instead of not at all, so a client waiting on it learns at once what went wrong."""
