@@ -79,6 +79,56 @@ class SearcherContract:
         assert store.search_text("memory", "annual renewal prepay", org=other, limit=5)  # the other org's rows are there
         assert answers() == before
 
+    def test_what_a_viewer_may_not_see_takes_no_place_in_an_exact_vector_search(self, store: Store, embedder: Any) -> None:
+        """Below the size where a store asks an approximate index, a section search by meaning for a viewer
+        passes over the sections it may not see: other roles' documents, another record's notes and system
+        documents, nearer the question than anything it may see, take none of the places, org-wide and among
+        parents; the hits are those of the same search in a copy of the org holding only what it may see."""
+        viewer = Viewer(roles=frozenset({"sales"}), record_ids=frozenset({"r-jane"}))
+        near = "Does a discount above ten percent need approval? It does."
+
+        def documents(org: str, flooded: bool) -> list[Document]:
+            out = [
+                Document(id="d-pricing", org=org, title="Pricing", sections=(
+                    Section(id="s-price-1", heading="Discount approval", text="Discounts above ten percent need approval."),
+                    Section(id="s-price-2", heading="Prepay", text="Annual prepay earns a renewal discount."))),
+                Document(id="d-sales", org=org, title="Sales desk", visible_to_roles=("sales",), sections=(
+                    Section(id="s-sales-1", heading="Discount desk", text="The discount desk answers approval questions."),)),
+                Document(id="d-jane-note", org=org, title="Call with Jane", attached_record="r-jane", sections=(
+                    Section(id="s-jane-1", heading="Call", text="Jane asked whether her discount needs approval."),)),
+                Document(id="d-refunds", org=org, title="Refunds", sections=(
+                    Section(id="s-refund-1", heading="Window", text="A refund is due within thirty days."),)),
+            ]  # fmt: skip
+            if flooded:
+                out += [Document(id=f"d-legal-{n}", org=org, title="Discount approval", visible_to_roles=("legal",),
+                                 sections=(Section(id=f"s-legal-{n}", heading="Approval", text=f"{near} Clause {n}."),))
+                        for n in range(12)]  # fmt: skip
+                out += [Document(id="d-bob-note", org=org, title="Call with Bob", attached_record="r-bob", sections=(
+                            Section(id="s-bob-1", heading="Call", text=near),)),
+                        Document(id="d-system", org=org, title="System", is_system=True, sections=(
+                            Section(id="s-system-1", heading="Rules", text=near),))]  # fmt: skip
+            return out
+
+        for org, flooded in (("acme", True), ("acme-copy", False)):
+            records = [_contact(org, "r-jane"), _contact(org, "r-bob")]
+            store.write(make_batch(embedder, orgs=[Org(id=org)], records=records, documents=documents(org, flooded)))
+        vector = embedder.embed_query("Does a discount above ten percent need approval?")
+        hidden = {"d-bob-note", "d-system", *(f"d-legal-{n}" for n in range(12))}
+        everyone = ["d-pricing", "d-sales", "d-jane-note", "d-refunds", "d-legal-3", "d-bob-note"]
+
+        def hits(org: str, who: Viewer | None, limit: int, parents: list[str] | None = None) -> list[tuple[str, str, float]]:
+            return [(h.id, h.parent, round(h.score, 5)) for h in store.search_vectors(
+                "section", vector, org=org, limit=limit, parents=parents, viewer=who)]  # fmt: skip
+
+        for limit in (2, 5, 50):
+            copy = hits("acme-copy", viewer, limit)
+            assert copy and hits("acme", viewer, limit) == copy, limit
+            assert hits("acme", viewer, limit, everyone) == hits("acme-copy", viewer, limit, everyone), limit
+        assert [p for _, p, _ in hits("acme", None, 2)] and all(p in hidden for _, p, _ in hits("acme", None, 2))  # the premise
+        assert [h for h in store.search_vectors_many("section", [vector, vector], org="acme", limit=5, parents=everyone,
+                                                     viewer=viewer)[1]] == store.search_vectors(
+            "section", vector, org="acme-copy", limit=5, parents=everyone, viewer=viewer)  # fmt: skip
+
     def test_what_a_viewer_may_not_see_never_moves_its_full_text_scores(self, store: Store, embedder: Any) -> None:
         """With a viewer, a section search's word statistics (how many sections, their length, how many hold
         each word) count only what it may see: sections only other roles, another record's notes or the system

@@ -16,7 +16,7 @@ import numpy as np
 from ..bundle import Document
 from ..schema import Filters, SourceName
 from ..providers import adapter as adapters
-from ..stores.base import Hit, Store
+from ..stores.base import Hit, Store, Viewer
 from ..stores.fulltext import codes
 from ..pipeline.call import SectionCandidate, public_error
 from ..pipeline.source_io import Found, SourceQuery, SourceTools, recalled
@@ -50,7 +50,7 @@ class Hidden:
         #: are few enough to search among (None: the org's, the filters applied to the hits)
         self.within: tuple[str, ...] | None = None
         self._visible: list[str] | None = None  # every visible document, once a crowded search needed them
-        self.viewer = query.viewer  # whose view the full-text searches' word statistics count
+        self.viewer = query.viewer  # whose view the searches take their places in (and the full-text statistics count)
 
     def why(self, document_id: str) -> str | None:
         """The verdict on a document this scope has judged."""
@@ -67,25 +67,30 @@ class Hidden:
                     self._verdicts[i] = self._query.document_verdict(rows[i]) if i in rows else None
             return {i for i in wanted if self._verdicts[i] is not None}
 
-    def top(self, search: Callable[[int, list[str] | None], list[Hit]], limit: int,
+    def top(self, search: Callable[[int, list[str] | None, Viewer | None], list[Hit]], limit: int,
             withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
-        """The best ``limit`` hits of ``search(n, parents)`` (its best ``n``, best first, among the sections
-        of ``parents``, None: of every document) in documents this caller may see: twice the places read and
-        the hidden hits removed; where they push visible ones out, eight times the places read, and past
-        that a search among the visible documents alone, at what they hold. ``withheld`` (the
-        operator's full evidence only) gets the hidden hits among the first ``limit``. A filtered question's
-        search is held to its scope (``within``)."""
+        """The best ``limit`` hits of ``search(n, parents, viewer)`` (its best ``n``, best first, among the
+        sections of ``parents``, None: of every document; the store's search for ``viewer``, which passes over
+        what it may not see where it can) in documents this caller may see: twice the places read and the
+        hidden hits removed; where they push visible ones out (a store's approximate index), eight times the
+        places read, and past that a search among the visible documents alone, at what they hold.
+        ``withheld`` (the operator's full evidence only) gets the hidden sections among the first ``limit`` of
+        the same search over everything, one more search made for it alone. A filtered question's search is
+        held to its scope (``within``)."""
+        viewer = self.viewer
         if self.within is not None:
-            return search(limit, list(self.within)) if self.within and limit > 0 else []
+            return search(limit, list(self.within), viewer) if self.within and limit > 0 else []
         if limit <= 0:
-            return search(limit, None)
+            return search(limit, None, viewer)
+        if withheld is not None:
+            everything = search(limit, None, None)
+            unseen = self.hidden(h.parent for h in everything)
+            withheld.extend(h for h in everything if h.parent in unseen)
         asked = 2 * limit
         while True:
-            hits = search(asked, None)
+            hits = search(asked, None, viewer)
             hidden = self.hidden(h.parent for h in hits)
             visible = [h for h in hits if h.parent not in hidden]
-            if withheld is not None and asked == 2 * limit:
-                withheld.extend(h for h in hits[:limit] if h.parent in hidden)
             if len(visible) >= limit or len(hits) < asked:
                 return visible[:limit]
             if asked >= _MOST_READ * limit:
@@ -94,7 +99,7 @@ class Hidden:
         shown = self._visible
         if shown is None:  # read once per call (two searches racing here both read it: the same list)
             shown = self._visible = self.visible_documents()
-        return search(limit, shown)[:limit] if shown else []
+        return search(limit, shown, viewer)[:limit] if shown else []
 
     def visible_documents(self, doc_types: Sequence[str] = (), tags: Sequence[str] = (),
                           limit: int | None = None) -> list[str]:  # fmt: skip
@@ -272,8 +277,9 @@ class DocumentsSource:
     @staticmethod
     def _vector_search(store: Store, org: str, vector: np.ndarray, limit: int, hidden: Hidden,
                        withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
-        """The nearest sections the caller may see."""
-        return hidden.top(lambda n, among: store.search_vectors("section", vector, org=org, limit=n, parents=among),
+        """The nearest sections the caller may see (the store passes over the others where it searches exactly)."""
+        return hidden.top(lambda n, among, who: store.search_vectors("section", vector, org=org, limit=n, parents=among,
+                                                                     viewer=who),
                           limit, withheld)  # fmt: skip
 
     @staticmethod
@@ -281,14 +287,14 @@ class DocumentsSource:
                      withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
         """Full-text hits among the sections the caller may see; those holding an exact code from the
         question rank first."""
-        hits = hidden.top(lambda n, among: store.search_text("section", text, org=org, limit=n, parents=among,
-                                                             viewer=hidden.viewer),
+        hits = hidden.top(lambda n, among, who: store.search_text("section", text, org=org, limit=n, parents=among,
+                                                                  viewer=who),
                           limit, withheld)  # fmt: skip
         exact = codes(text)
         if not exact:
             return hits
-        first = hidden.top(lambda n, among: store.search_text("section", " ".join(exact), org=org, limit=n, parents=among,
-                                                                viewer=hidden.viewer),
+        first = hidden.top(lambda n, among, who: store.search_text("section", " ".join(exact), org=org, limit=n,
+                                                                     parents=among, viewer=who),
                            limit, withheld)  # fmt: skip
         seen = {h.id for h in first}
         return first + [h for h in hits if h.id not in seen]

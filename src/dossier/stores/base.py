@@ -320,12 +320,17 @@ class StoreSearcher(Protocol):
         counted up to ``most``: what the search will cost, known before it runs."""
 
     def search_vectors(
-        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[Hit]:
-        """Nearest neighbours by cosine similarity, optionally only among children of ``parents``."""
+        """Nearest neighbours by cosine similarity, optionally only among children of ``parents``. With
+        ``viewer`` (sections), wherever the search is exact (among ``parents``, or an org below the size where
+        the store asks its approximate index) the sections of documents that viewer may not see take no place;
+        an approximate index's hits may still hold them. The caller judges every hit either way."""
 
     def search_vectors_many(
-        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[list[Hit]]:
         """:meth:`search_vectors` for each of ``vectors``, the same hits, in one pass where the store can
         (the memories source asks with the question's vector and its adapted one)."""

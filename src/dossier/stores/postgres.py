@@ -580,7 +580,8 @@ class PostgresStore:
         return int(self._query(org, sql, params)[0][0])
 
     def search_vectors(
-        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[Hit]:
         require_org(org, "search_vectors")
         if kind not in VECTOR_KINDS:
@@ -588,6 +589,9 @@ class PostgresStore:
         if limit <= 0 or (parents is not None and not parents):
             return []
         q = np.asarray(vector, dtype=np.float32)
+        # exact searches for a viewer pass over what it may not see (the restriction as the database holds it);
+        # an HNSW scan is not filtered: without iterative scans (pgvector 0.6) a filter would leave too few rows
+        seen, seen_params = self._unseen(org, kind, viewer, "v.parent")
         if parents is None and limit <= _MAX_EF_SEARCH and self._is_indexed(org, kind):
             dims = int(q.shape[0])
             rows = self._query(
@@ -600,26 +604,37 @@ class PostgresStore:
         elif parents is None:
             rows = self._query(
                 org,
-                "SELECT key, parent, d FROM (SELECT key, parent, embedding <=> %b AS d FROM vectors "
-                "WHERE org = %b AND kind = %b) s ORDER BY d, key LIMIT %b",
-                [q, org, kind, int(limit)],
+                "SELECT key, parent, d FROM (SELECT v.key, v.parent, v.embedding <=> %b AS d FROM vectors v "
+                f"WHERE v.org = %b AND v.kind = %b{seen}) s ORDER BY d, key LIMIT %b",
+                [q, org, kind, *seen_params, int(limit)],
             )
         else:  # each parent's rows through the (org, kind, parent) index, whatever the statistics say
             rows = self._query(
                 org,
                 "SELECT key, parent, d FROM (SELECT v.key, v.parent, v.embedding <=> %b AS d "
                 "FROM unnest(%b::text[]) p(id) JOIN vectors v ON v.org = %b AND v.kind = %b AND v.parent = p.id COLLATE \"C\""
-                ") s ORDER BY d, key LIMIT %b",
-                [q, list(dict.fromkeys(parents)), org, kind, int(limit)],
+                f"{seen}) s ORDER BY d, key LIMIT %b",
+                [q, list(dict.fromkeys(parents)), org, kind, *seen_params, int(limit)],
             )
         return [Hit(id=r[0], parent=r[1], score=1.0 - float(r[2])) for r in rows]
 
+    def _unseen(self, org: str, kind: str, viewer: Viewer | None, parent: str) -> tuple[str, list[Any]]:
+        """SQL (`` AND ...``) keeping the rows of ``parent`` (a document id) that ``viewer`` may see, and its
+        parameters; nothing for another kind, no viewer, or an org that restricts no document."""
+        shown = self._text.shown(org, viewer) if kind == "section" and viewer is not None else None
+        if shown is None:
+            return "", []
+        return (f" AND ({parent} = ANY(%b::text[]) OR NOT EXISTS (SELECT 1 FROM documents d WHERE d.org = %b "
+                f"AND d.id = {parent} AND {RESTRICTED_SQL}))", [sorted(shown), org])  # fmt: skip
+
     def search_vectors_many(
-        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[list[Hit]]:
         require_org(org, "search_vectors_many")
         if parents is None or not parents or len(vectors) < 2 or limit <= 0 or kind not in VECTOR_KINDS:
-            return [self.search_vectors(kind, v, org=org, limit=limit, parents=parents) for v in vectors]
+            return [self.search_vectors(kind, v, org=org, limit=limit, parents=parents, viewer=viewer) for v in vectors]
+        seen, seen_params = self._unseen(org, kind, viewer, "v.parent")
         # among parents: their rows are read once and each query's distances computed in the same scan
         # (search_vectors reads them once per query), then each query's best, ordered as search_vectors orders
         queries = [np.asarray(v, dtype=np.float32) for v in vectors]
@@ -631,8 +646,8 @@ class PostgresStore:
         rows = self._query(
             org,
             f"WITH c AS MATERIALIZED (SELECT v.key, v.parent, {distances} FROM unnest(%b::text[]) p(id) JOIN vectors v "
-            f"ON v.org = %b AND v.kind = %b AND v.parent = p.id COLLATE \"C\") SELECT q, key, parent, d FROM ({best}) s ORDER BY q, r",
-            [*queries, list(dict.fromkeys(parents)), org, kind, *[int(limit)] * len(queries)],
+            f"ON v.org = %b AND v.kind = %b AND v.parent = p.id COLLATE \"C\"{seen}) SELECT q, key, parent, d FROM ({best}) s ORDER BY q, r",
+            [*queries, list(dict.fromkeys(parents)), org, kind, *seen_params, *[int(limit)] * len(queries)],
         )
         out: list[list[Hit]] = [[] for _ in queries]
         for i, key, parent, d in rows:

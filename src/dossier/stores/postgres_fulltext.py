@@ -168,6 +168,10 @@ class TextSearch:
             self._lexeme.update((term, lex) for term, lex in rows)
         return {t: self._lexeme.get(t) for t in found}
 
+    def shown(self, org: str, viewer: Viewer) -> frozenset[str] | None:
+        """The restricted documents of ``org`` that ``viewer`` may see (None: the org restricts none)."""
+        return self._seen(org, viewer)
+
     def _seen(self, org: str, viewer: Viewer) -> frozenset[str] | None:
         """The restricted documents of ``org`` that ``viewer`` may see (None: the org restricts none)."""
         now, epoch = time.monotonic(), self._epochs.get(org, 0)

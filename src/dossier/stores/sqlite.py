@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -77,7 +78,9 @@ class SQLiteStore:
         self._searching: tuple[str, int | None] | None = None  # (org, its number) during one full-text search
         self._text = PrunedText(self._query, self._text_number)  # full text over large scopes
         #: org -> (its generation, its sections' full-text index key, its restricted documents' slots): SQLiteStore._seen
-        self._restricted: dict[str, tuple[int | None, tuple, RestrictedIndex[int]]] = {}
+        self._restricted: dict[str, tuple[int | None, tuple, RestrictedIndex[int], dict[int, str]]] = {}
+        # a hidden set of slots -> the ids of its documents (_hidden_documents), the last few
+        self._hidden_ids: OrderedDict[int, tuple[frozenset[int], frozenset[str]]] = OrderedDict()
         # documents and memories kept while their org's generation stays (stores/sqlite_cache.py)
         self._documents: GenerationCache[Document] = GenerationCache(self._generation, document_chars)
         self._memories: GenerationCache[Memory] = GenerationCache(self._generation, memory_chars)
@@ -559,23 +562,41 @@ class SQLiteStore:
             # The key is read before the documents: a write landing meanwhile changes it.
             text_key = self._text.index_key("section", org=org)
             if kept is not None and generation is not None and text_key == kept[1]:
-                kept = self._restricted[org] = (generation, text_key, kept[2])
+                kept = self._restricted[org] = (generation, text_key, kept[2], kept[3])
         if kept is None or generation is None or kept[0] != generation:
             # one row of JSON, not a row per document (the org may restrict tens of thousands, notes about records)
             rows = json.loads(self._query(
-                "SELECT json_group_array(json_array(p.slot, d.is_system, json(d.visible_to_roles), d.attached_record)) "
+                "SELECT json_group_array(json_array(p.slot, d.is_system, json(d.visible_to_roles), d.attached_record, d.id)) "
                 "FROM documents d JOIN parent_slots p ON p.org = d.org AND p.kind = 'section' AND p.parent = d.id "
                 f"WHERE d.org = ? AND {RESTRICTED_SQL}",
                 [org],
             )[0][0])  # fmt: skip
-            index = RestrictedIndex((int(slot), bool(system), roles, attached) for slot, system, roles, attached in rows)
+            index = RestrictedIndex((int(slot), bool(system), roles, attached) for slot, system, roles, attached, _ in rows)
             if len(self._restricted) >= _ORGS_RESTRICTED_KEPT:
                 self._restricted.clear()
-            kept = self._restricted[org] = (generation, text_key, index)
+            kept = self._restricted[org] = (generation, text_key, index, {int(row[0]): str(row[4]) for row in rows})
         index = kept[2]
         if not index.keys:
             return None
         return Seen(restricted=index.keys, shown=index.shown(viewer))
+
+    def _hidden_documents(self, org: str, viewer: Viewer) -> frozenset[str] | None:
+        """The ids of the org's documents ``viewer`` may not see (None: it restricts none), as of the org's last
+        write (:meth:`_seen`): one set object per set of hidden slots, so the vector search's mask of their rows
+        is worked out once (SQLiteVectors._mask)."""
+        with self._lock:
+            seen = self._seen(org, viewer)
+            if seen is None:
+                return None
+            slots = self._text.hidden_of(seen)
+            kept = self._hidden_ids.get(id(slots))
+            if kept is None or kept[0] is not slots:
+                ids = self._restricted[org][3]
+                kept = self._hidden_ids[id(slots)] = (slots, frozenset(ids[s] for s in slots))
+                while len(self._hidden_ids) > _HIDDEN_KEPT:
+                    self._hidden_ids.popitem(last=False)
+            self._hidden_ids.move_to_end(id(slots))
+            return kept[1]
 
     def _search_text(
         self, kind: str, query: str, match: str, fts: str, table: str, alias: str, column: str, weights: str, *,
@@ -663,21 +684,25 @@ class SQLiteStore:
         return sorted(out)
 
     def search_vectors(
-        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: VectorKind, vector: np.ndarray, *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[Hit]:
         require_org(org, "search_vectors")
+        hidden = self._hidden_documents(org, viewer) if kind == "section" and viewer is not None else None
         try:
-            found = self._vectors.search(kind, org, vector, limit, parents)
+            found = self._vectors.search(kind, org, vector, limit, parents, hidden)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"SQLite query failed: {exc}") from exc
         return [Hit(id=k, parent=p, score=s) for k, p, s in found]
 
     def search_vectors_many(
-        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None
+        self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> list[list[Hit]]:
         require_org(org, "search_vectors_many")
+        hidden = self._hidden_documents(org, viewer) if kind == "section" and viewer is not None else None
         try:
-            found = self._vectors.search_many(kind, org, list(vectors), limit, parents)
+            found = self._vectors.search_many(kind, org, list(vectors), limit, parents, hidden)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"SQLite query failed: {exc}") from exc
         return [[Hit(id=k, parent=p, score=s) for k, p, s in rows] for rows in found]
@@ -776,6 +801,7 @@ class SQLiteStore:
 
 
 _EDGE_COLUMNS = "org, id, src, dst, type, active, confidence, weight, dst_is_stub"
+_HIDDEN_KEPT = 8  # sets of hidden documents' ids kept (SQLiteStore._hidden_documents)
 _ORGS_RESTRICTED_KEPT = 256  # orgs whose restricted sections' slots a store keeps (SQLiteStore._seen)
 _TIE_SLACK = 32  # rows a full-text search among parents shortlists beyond its limit (see search_text)
 _WHOLE_TABLE = 16  # several parents' full text is ranked in Python once the table holds this many times their rows

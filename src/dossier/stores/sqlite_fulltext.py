@@ -269,7 +269,7 @@ class PrunedText:
         the restricted parents it does not show are never candidates, so none is read, scored or returned
         (what the caller may not see neither takes a place nor costs a read beyond the index's)."""
         table = self._table(kind, org)
-        hidden = self._hidden_of(seen) if seen is not None else frozenset()
+        hidden = self.hidden_of(seen) if seen is not None else frozenset()
         if hidden and slots is not None:
             slots = [s for s in slots if s not in hidden]
             if not slots:
@@ -725,9 +725,9 @@ class PrunedText:
         self._tokenise([p for p in pieces - self._pieces.keys() if not _digits(p)])
         learnt.update(fresh)
 
-    def _hidden_of(self, seen: Seen) -> frozenset[int]:
+    def hidden_of(self, seen: Seen) -> frozenset[int]:
         """The restricted slots ``seen`` does not show: one set object per (restricted set, shown set), so that
-        :meth:`_among` finds its table without hashing a new set of many slots at every search."""
+        :meth:`_among` finds its table (and the SQLite store its ids of documents) without hashing a new set of many slots at every search."""
         if not seen.shown:
             return seen.restricted
         key = (id(seen.restricted), seen.shown)

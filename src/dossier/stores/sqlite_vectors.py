@@ -38,6 +38,7 @@ _MAX_LABELS = 300_000  # ANN labels whose key and parent are kept per process (a
 #: and the stored vector's exact score agree to about 1e-6 (float32 sums in another order); a hit beyond
 #: this margin cannot rescore into the best ``limit``, so its vector is not fetched.
 _RESCORE_SLACK = 1e-4
+_MASKS_KEPT = 8  # masks of hidden rows kept (SQLiteVectors._mask)
 
 
 class SQLiteVectors:
@@ -58,6 +59,7 @@ class SQLiteVectors:
         self.ann_min_rows = ann_min_rows
         self.cache_bytes = cache_bytes  # bound of the per-parent vector blocks (LRU)
         self._indexes: dict[tuple[str, str], VectorIndex] = {}
+        self._masks: OrderedDict[tuple[int, int], tuple[VectorIndex, frozenset[str], np.ndarray]] = OrderedDict()
         # (org, kind, parent) -> (keys, parents, matrix), valid for _generations[org]
         self._blocks: OrderedDict[tuple[str, str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._rows: dict[tuple[str, str, str | None], int] = {}  # (org, kind, parent or None for all) -> rows
@@ -77,13 +79,17 @@ class SQLiteVectors:
         self._block_bytes = 0
         self.ann.close()
 
-    def search(self, kind: str, org: str, vector: np.ndarray, limit: int, parents: Sequence[str] | None) -> Found:
-        return self.search_many(kind, org, [vector], limit, parents)[0]
+    def search(self, kind: str, org: str, vector: np.ndarray, limit: int, parents: Sequence[str] | None,
+               hidden: frozenset[str] | None = None) -> Found:  # fmt: skip
+        return self.search_many(kind, org, [vector], limit, parents, hidden)[0]
 
     def search_many(self, kind: str, org: str, vectors: Sequence[np.ndarray], limit: int,
-                    parents: Sequence[str] | None) -> list[Found]:  # fmt: skip
+                    parents: Sequence[str] | None, hidden: frozenset[str] | None = None) -> list[Found]:  # fmt: skip
         """:meth:`search` for each of ``vectors``, the same answers; an ANN index is searched for all of
-        them at once."""
+        them at once. ``hidden``: parents whose rows take no place where the search is exact (among
+        ``parents``, or the org's rows below the ANN line); the ANN index's hits may still hold them."""
+        if hidden and parents is not None:
+            parents = [p for p in parents if p not in hidden]
         if limit <= 0 or (parents is not None and not parents):
             return [[] for _ in vectors]
         queries = [np.asarray(v, dtype=np.float32) for v in vectors]
@@ -94,7 +100,8 @@ class SQLiteVectors:
                 if rows >= self.hnsw_min_rows and limit * 4 < rows:  # a quarter of the rows or more: a scan is exact and as cheap
                     return [found or [] for found in self._ann_search(kind, org, queries, limit, None, 1.0)]
                 index = self._index(kind, org)
-                return [index.search(q, limit) for q in queries]
+                exclude = self._mask(index, hidden) if hidden else None
+                return [index.search(q, limit, exclude) for q in queries]
             answers: list[Found | None] = [None] * len(queries)
             held = sum(self._count(org, kind, p) for p in set(parents))
             if held >= self.ann_min_rows and limit * 4 < held and held * _MIN_SHARE >= self._count(org, kind, None):
@@ -245,6 +252,19 @@ class SQLiteVectors:
         keys = np.concatenate([b[0] for b in nonempty])
         owners = np.concatenate([b[1] for b in nonempty])
         return keys, owners, [b[2] for b in nonempty]
+
+    def _mask(self, index: VectorIndex, hidden: frozenset[str]) -> np.ndarray:
+        """Which rows of ``index`` belong to a ``hidden`` parent: worked out once per index and set of parents
+        (the last few kept), so a search pays one pass of numpy over it, not a set lookup per row."""
+        key = (id(index), id(hidden))
+        kept = self._masks.get(key)
+        if kept is None or kept[0] is not index or kept[1] is not hidden:
+            mask = np.fromiter((p in hidden for p in index.parents), dtype=bool, count=len(index.parents))
+            kept = self._masks[key] = (index, hidden, mask)
+            while len(self._masks) > _MASKS_KEPT:
+                self._masks.popitem(last=False)
+        self._masks.move_to_end(key)
+        return kept[2]
 
     def _index(self, kind: str, org: str) -> VectorIndex:
         generation = self._generations.get(org, -1)

@@ -22,10 +22,17 @@ class VectorIndex:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def search(self, query: np.ndarray, limit: int) -> list[tuple[str, str, float]]:
+    def search(self, query: np.ndarray, limit: int, exclude: np.ndarray | None = None) -> list[tuple[str, str, float]]:
+        """The best ``limit`` rows; ``exclude`` (a boolean per row) leaves rows out: they take no place."""
         if len(self.keys) == 0 or limit <= 0:
             return []
-        return exact_search(self.keys, self.parents, self.matrix, query, limit)
+        if exclude is None:
+            return exact_search(self.keys, self.parents, self.matrix, query, limit)
+        left = len(self.keys) - int(exclude.sum())
+        if left <= 0:
+            return []
+        sims = np.where(exclude, np.float32(-np.inf), similarities(self.matrix, query))
+        return _top(self.keys, self.parents, sims, min(limit, left))
 
 
 #: Elements of a matrix multiplied by a vector in one BLAS call. Past a few hundred thousand (2,000 rows of
