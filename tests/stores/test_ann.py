@@ -371,3 +371,36 @@ def test_the_embedding_model_loads_after_an_index_was_opened(loaded: tuple[Path,
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "384"
+
+
+def test_a_viewers_search_of_the_ann_index_passes_over_what_it_may_not_see(tmp_path: Path) -> None:
+    """Past the ANN line a viewer's section search asks the index for more while sections of documents it may
+    not see fill its nearest: none comes back, and the best it may see does (as exact search ranks them)."""
+    from dossier.bundle import Document, Section
+    from dossier.stores.base import Viewer
+
+    rng = np.random.default_rng(5)
+    query = clustered(1, seed=9)[0]
+    near = query + 0.05 * rng.normal(size=(300, DIMS))  # 300 legal-only sections around the question
+    far = clustered(60, seed=3)  # 60 sections every caller may see
+    matrix = np.vstack([near / np.linalg.norm(near, axis=1, keepdims=True), far]).astype(np.float32)
+    documents = [(Document(id=f"d{i:03d}", org="acme", title=f"Doc {i}", visible_to_roles=("legal",) if i < 300 else None,
+                           sections=(Section(id=f"s{i:03d}", heading="H", text=f"text {i}"),)), "h")
+                 for i in range(360)]  # fmt: skip
+    writes = [VectorWrite("acme", "section", f"s{i:03d}", f"d{i:03d}", "h", v) for i, v in enumerate(matrix)]
+    store = open_store(tmp_path / "s.db", hnsw_min_rows=100, ann_min_rows=100)
+    try:
+        store.write(WriteBatch(orgs=[Org(id="acme")], documents=documents, vectors=writes))
+        assert store.ann.builds == 1  # 360 rows: the org-wide search asks the ANN index
+        viewer = Viewer(roles=frozenset({"sales"}), record_ids=frozenset())
+        blind = store.search_vectors("section", query, org="acme", limit=5)
+        assert all(int(h.parent[1:]) < 300 for h in blind)  # the premise: the hidden sections are the nearest
+        seen = store.search_vectors("section", query, org="acme", limit=5, viewer=viewer)
+        exact = exact_search(np.array([f"s{i:03d}" for i in range(300, 360)], dtype=object),
+                             np.array([f"d{i:03d}" for i in range(300, 360)], dtype=object), matrix[300:], query, 5)  # fmt: skip
+        assert len(seen) == 5 and all(int(h.parent[1:]) >= 300 for h in seen)
+        assert seen[0].id == exact[0][0] and len({h.id for h in seen} & {k for k, _, _ in exact}) >= 4
+        legal = Viewer(roles=frozenset({"legal"}), record_ids=frozenset())
+        assert [h.id for h in store.search_vectors("section", query, org="acme", limit=5, viewer=legal)] == [h.id for h in blind]
+    finally:
+        store.close()

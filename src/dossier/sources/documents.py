@@ -277,7 +277,7 @@ class DocumentsSource:
     @staticmethod
     def _vector_search(store: Store, org: str, vector: np.ndarray, limit: int, hidden: Hidden,
                        withheld: list[Hit] | None = None) -> list[Hit]:  # fmt: skip
-        """The nearest sections the caller may see (the store passes over the others where it searches exactly)."""
+        """The nearest sections the caller may see (the store passes over the others where it can)."""
         return hidden.top(lambda n, among, who: store.search_vectors("section", vector, org=org, limit=n, parents=among,
                                                                      viewer=who),
                           limit, withheld)  # fmt: skip

@@ -324,9 +324,9 @@ class StoreSearcher(Protocol):
         viewer: Viewer | None = None,
     ) -> list[Hit]:
         """Nearest neighbours by cosine similarity, optionally only among children of ``parents``. With
-        ``viewer`` (sections), wherever the search is exact (among ``parents``, or an org below the size where
-        the store asks its approximate index) the sections of documents that viewer may not see take no place;
-        an approximate index's hits may still hold them. The caller judges every hit either way."""
+        ``viewer`` (sections), the sections of documents that viewer may not see take no place wherever the
+        store can leave them out (SQLite: always; PostgreSQL: in its exact scans, not in an HNSW scan, whose
+        hits may still hold them). The caller judges every hit either way."""
 
     def search_vectors_many(
         self, kind: VectorKind, vectors: Sequence[np.ndarray], *, org: str, limit: int, parents: Sequence[str] | None = None,

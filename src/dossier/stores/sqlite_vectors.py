@@ -86,8 +86,8 @@ class SQLiteVectors:
     def search_many(self, kind: str, org: str, vectors: Sequence[np.ndarray], limit: int,
                     parents: Sequence[str] | None, hidden: frozenset[str] | None = None) -> list[Found]:  # fmt: skip
         """:meth:`search` for each of ``vectors``, the same answers; an ANN index is searched for all of
-        them at once. ``hidden``: parents whose rows take no place where the search is exact (among
-        ``parents``, or the org's rows below the ANN line); the ANN index's hits may still hold them."""
+        them at once. ``hidden``: parents whose rows take no place (masked in an exact search, passed over in
+        the ANN index's, which is asked for more while they fill its nearest)."""
         if hidden and parents is not None:
             parents = [p for p in parents if p not in hidden]
         if limit <= 0 or (parents is not None and not parents):
@@ -98,14 +98,15 @@ class SQLiteVectors:
             if parents is None:
                 rows = self._count(org, kind, None)
                 if rows >= self.hnsw_min_rows and limit * 4 < rows:  # a quarter of the rows or more: a scan is exact and as cheap
-                    return [found or [] for found in self._ann_search(kind, org, queries, limit, None, 1.0)]
+                    return [found or [] for found in self._ann_search(kind, org, queries, limit, None, 1.0, hidden)]
                 index = self._index(kind, org)
                 exclude = self._mask(index, hidden) if hidden else None
                 return [index.search(q, limit, exclude) for q in queries]
             answers: list[Found | None] = [None] * len(queries)
             held = sum(self._count(org, kind, p) for p in set(parents))
             if held >= self.ann_min_rows and limit * 4 < held and held * _MIN_SHARE >= self._count(org, kind, None):
-                answers = self._ann_search(kind, org, queries, limit, set(parents), held / max(1, self._count(org, kind, None)))
+                answers = self._ann_search(kind, org, queries, limit, set(parents), held / max(1, self._count(org, kind, None)),
+                                           hidden)  # fmt: skip
             if all(found is not None for found in answers):
                 return [found or [] for found in answers]
             keys, owners, blocks = self._vectors_of(kind, org, parents)
@@ -118,16 +119,17 @@ class SQLiteVectors:
 
     # -- the ANN index --------------------------------------------------------------------------------
     def _ann_search(self, kind: str, org: str, queries: list[np.ndarray], limit: int, parents: set[str] | None,
-                    share: float) -> list[Found | None]:  # fmt: skip
-        """Each query's best ``limit`` rows by the ANN index (None: too few among ``parents``)."""
+                    share: float, hidden: frozenset[str] | None = None) -> list[Found | None]:  # fmt: skip
+        """Each query's best ``limit`` rows by the ANN index (None: too few among ``parents``), none of a
+        ``hidden`` parent (the index is asked for more while they fill its nearest)."""
         index = self.ann.get(org, kind)
         size = len(index)
-        fetch = min(size, limit if parents is None else max(2 * limit, math.ceil(2 * limit / share)))
+        fetch = min(size, limit if parents is None and not hidden else max(2 * limit, math.ceil(2 * limit / share)))
         scored = index.nearest_many(queries, fetch)
         first = [[label for _, label in pairs] for pairs in scored]
         # the keys and parents of all of them in one read, and the vectors of every query's hits in one
         rows = self._rows_of(org, kind, list(dict.fromkeys(label for labels in first for label in labels)), index.seq)
-        hits = [self._ann_hits(kind, org, index, q, labels, rows, fetch, limit, parents) for q, labels in zip(queries, first)]
+        hits = [self._ann_hits(kind, org, index, q, labels, rows, fetch, limit, parents, hidden) for q, labels in zip(queries, first)]
         hits = [_rescored(found, {label: d for d, label in pairs}, limit) for found, pairs in zip(hits, scored)]
         wanted = list(dict.fromkeys(h[0] for found in hits if found for h in found))
         at = {label: i for i, label in enumerate(wanted)}
@@ -144,14 +146,15 @@ class SQLiteVectors:
 
     def _ann_hits(self, kind: str, org: str, index: Any, query: np.ndarray, labels: list[int],
                   rows: dict[int, tuple[str, str]], fetch: int, limit: int,
-                  parents: set[str] | None) -> list[tuple[int, str, str]] | None:  # fmt: skip
-        """(label, key, parent) of the rows of (org, kind) among ``parents`` from the ANN index's ``labels``
-        nearest ``query`` (``fetch`` of them asked; ``rows``: their keys and parents, read), asking for
-        more while too few are left (None: still too few among ``parents``)."""
+                  parents: set[str] | None, hidden: frozenset[str] | None = None) -> list[tuple[int, str, str]] | None:  # fmt: skip
+        """(label, key, parent) of the rows of (org, kind) among ``parents`` (and of no ``hidden`` parent) from
+        the ANN index's ``labels`` nearest ``query`` (``fetch`` of them asked; ``rows``: their keys and
+        parents, read), asking for more while too few are left (None: still too few among ``parents``)."""
         size = len(index)
         while True:
             # rows deleted since, or of another org or kind, are not in ``rows`` and drop out
-            hits = [(label, *rows[label]) for label in labels if label in rows and (parents is None or rows[label][1] in parents)]
+            hits = [(label, *rows[label]) for label in labels if label in rows and (parents is None or rows[label][1] in parents)
+                    and not (hidden and rows[label][1] in hidden)]  # fmt: skip
             if len(hits) >= limit or fetch >= size:
                 return hits
             if parents is not None and fetch >= _MAX_FETCH:
