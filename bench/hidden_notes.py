@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 import corpus  # noqa: E402
-from retrieve import SAMPLE, CachedTexts, Timers, percentile, question_pool, unique_questions  # noqa: E402
+from retrieve import SAMPLE, CachedTexts, alternate, percentile, question_pool, unique_questions  # noqa: E402
 
 import dossier  # noqa: E402
 from dossier.providers.embeddings import OnnxMiniLM  # noqa: E402
@@ -165,25 +165,15 @@ def main() -> None:
     embedder.embed_query("warm up")
     rng, seen = random.Random(23), set[str]()
     pool = question_pool()
-    totals, embeds, texts = [], [], []
     with dossier.open(url, embedder=embedder) as engine:
         questions = unique_questions(pool, rng, args.calls + 10, seen)
         alone = unique_questions(pool, rng, args.calls, seen)
         for q in questions[:10]:  # warm up
             engine.retrieve({"mode": "brief", "record": RECORD, "message": q}, org="northwind", caller="ana")
-        timers = Timers(engine)
-        try:
-            for q, other in zip(questions[10:], alone):
-                started = time.perf_counter()
-                embedder.embed_query(other)
-                embeds.append((time.perf_counter() - started) * 1000)
-                timers.take()
-                started = time.perf_counter()
-                engine.retrieve({"mode": "brief", "record": RECORD, "message": q}, org="northwind", caller="ana")
-                totals.append((time.perf_counter() - started) * 1000)
-                texts.append(timers.take().get("fulltext:section", 0.0))
-        finally:
-            timers.restore()
+        timed = alternate(engine, embedder, list(zip(questions[10:], alone)),
+                          lambda q: {"mode": "brief", "record": RECORD, "message": q})
+    embeds, totals = [t[0] for t in timed], [t[1] for t in timed]
+    texts = [t[3].get("fulltext:section", 0.0) for t in timed]
     written = after_write(path, embedder, pool, rng, seen) if path is not None else None
     print(json.dumps({
         "notes": args.notes, "calls": len(totals), "brief_p50_ms": round(statistics.median(totals), 2),

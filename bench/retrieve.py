@@ -56,6 +56,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,28 @@ class Timers:
         out = dict(self.current)
         self.current.clear()
         return out
+
+
+def alternate(engine: dossier.Engine, embedder: OnnxMiniLM, calls: list[tuple[str, str]],
+              request: Callable[[str], dict], *, org: str = "northwind", caller: str = "ana",
+              ) -> list[tuple[float, float, float, dict[str, float]]]:  # fmt: skip
+    """For each (question, other) pair, ``other`` embedded alone, then the call ``request(question)``, so that
+    machine load weighs on both alike: (the embedding's ms, the call's ms, the call's CPU ms over all the
+    process's threads, the call's steps as :class:`Timers` took them)."""
+    timers = Timers(engine)
+    out = []
+    try:
+        for question, other in calls:
+            started = time.perf_counter()
+            embedder.embed_query(other)
+            embed = (time.perf_counter() - started) * 1000
+            timers.take()
+            started, cpu = time.perf_counter(), time.process_time()
+            engine.retrieve(request(question), org=org, caller=caller)
+            out.append((embed, (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000, timers.take()))
+    finally:
+        timers.restore()
+    return out
 
 
 def unique_questions(pool: list[str], rng: random.Random, count: int, seen: set[str]) -> list[str]:
@@ -395,24 +418,10 @@ def one_record(args: argparse.Namespace) -> dict:
         alone = unique_questions(pool, rng, args.calls, seen)
         for q in questions[:10]:  # warm up
             engine.retrieve({"mode": "brief", "record": ONE_RECORD, "message": q}, org="northwind", caller="ana")
-        timers = Timers(engine)
-        totals, embeds, cpus, steps = [], [], [], defaultdict(list)
-        try:
-            for q, other in zip(questions[10:], alone):
-                started = time.perf_counter()
-                embedder.embed_query(other)
-                embeds.append((time.perf_counter() - started) * 1000)
-                timers.take()
-                started, cpu = time.perf_counter(), time.process_time()
-                engine.retrieve({"mode": "brief", "record": ONE_RECORD, "message": q, "budget": {"totalTokens": 8000}},
-                                org="northwind", caller="ana")  # fmt: skip
-                totals.append((time.perf_counter() - started) * 1000)
-                cpus.append((time.process_time() - cpu) * 1000)
-                took = timers.take()
-                for s in STEPS:
-                    steps[s].append(took.get(s, 0.0))
-        finally:
-            timers.restore()
+        timed = alternate(engine, embedder, list(zip(questions[10:], alone)),
+                          lambda q: {"mode": "brief", "record": ONE_RECORD, "message": q, "budget": {"totalTokens": 8000}})
+        embeds, totals, cpus = [t[0] for t in timed], [t[1] for t in timed], [t[2] for t in timed]
+        steps = {s: [t[3].get(s, 0.0) for t in timed] for s in STEPS}
         out["recall_at_10"] = record_recall(engine, path, embedder, rng, pool, seen)
         out["counts"] = counts
     out.update(

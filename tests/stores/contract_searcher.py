@@ -88,26 +88,10 @@ class SearcherContract:
         near = "Does a discount above ten percent need approval? It does."
 
         def documents(org: str, flooded: bool) -> list[Document]:
-            out = [
-                Document(id="d-pricing", org=org, title="Pricing", sections=(
-                    Section(id="s-price-1", heading="Discount approval", text="Discounts above ten percent need approval."),
-                    Section(id="s-price-2", heading="Prepay", text="Annual prepay earns a renewal discount."))),
-                Document(id="d-sales", org=org, title="Sales desk", visible_to_roles=("sales",), sections=(
-                    Section(id="s-sales-1", heading="Discount desk", text="The discount desk answers approval questions."),)),
-                Document(id="d-jane-note", org=org, title="Call with Jane", attached_record="r-jane", sections=(
-                    Section(id="s-jane-1", heading="Call", text="Jane asked whether her discount needs approval."),)),
-                Document(id="d-refunds", org=org, title="Refunds", sections=(
-                    Section(id="s-refund-1", heading="Window", text="A refund is due within thirty days."),)),
-            ]  # fmt: skip
-            if flooded:
-                out += [Document(id=f"d-legal-{n}", org=org, title="Discount approval", visible_to_roles=("legal",),
-                                 sections=(Section(id=f"s-legal-{n}", heading="Approval", text=f"{near} Clause {n}."),))
-                        for n in range(12)]  # fmt: skip
-                out += [Document(id="d-bob-note", org=org, title="Call with Bob", attached_record="r-bob", sections=(
-                            Section(id="s-bob-1", heading="Call", text=near),)),
-                        Document(id="d-system", org=org, title="System", is_system=True, sections=(
-                            Section(id="s-system-1", heading="Rules", text=near),))]  # fmt: skip
-            return out
+            return _viewer_org(org, flooded, (
+                "Discounts above ten percent need approval.", "Annual prepay earns a renewal discount.",
+                "The discount desk answers approval questions.", "Jane asked whether her discount needs approval.",
+                "A refund is due within thirty days."), legal=lambda n: f"{near} Clause {n}.", bob=near, system=near)  # fmt: skip
 
         for org, flooded in (("acme", True), ("acme-copy", False)):
             records = [_contact(org, "r-jane"), _contact(org, "r-bob")]
@@ -140,26 +124,14 @@ class SearcherContract:
                     ("discount approval renewal", ["d-pricing", "d-sales", "d-jane-note"])]  # fmt: skip
 
         def documents(org: str, flooded: bool) -> list[Document]:
-            out = [
-                Document(id="d-pricing", org=org, title="Pricing", sections=(
-                    Section(id="s-price-1", heading="Discount approval", text="A discount above ten percent needs the regional director's approval."),
-                    Section(id="s-price-2", heading="Prepay", text="Annual prepay earns a renewal discount of five percent."))),
-                Document(id="d-sales", org=org, title="Sales desk", visible_to_roles=("sales",), sections=(
-                    Section(id="s-sales-1", heading="Discount desk", text="The discount desk answers approval questions within a day."),)),
-                Document(id="d-jane-note", org=org, title="Call with Jane", attached_record="r-jane", sections=(
-                    Section(id="s-jane-1", heading="Call", text="Jane asked about the renewal discount and its approval."),)),
-                Document(id="d-refunds", org=org, title="Refunds", sections=(
-                    Section(id="s-refund-1", heading="Window", text="A refund is due within thirty days of cancellation."),)),
-            ]  # fmt: skip
-            if flooded:
-                out += [Document(id=f"d-legal-{n}", org=org, title="Discount approval", visible_to_roles=("legal",), sections=(
-                    Section(id=f"s-legal-{n}", heading="Approval", text="discount approval renewal refund " * (n + 1)),))
-                    for n in range(12)]  # fmt: skip
-                out += [Document(id="d-bob-note", org=org, title="Call with Bob", attached_record="r-bob", sections=(
-                            Section(id="s-bob-1", heading="Call", text="Bob wants a discount approval on the renewal."),)),
-                        Document(id="d-system", org=org, title="System", is_system=True, sections=(
-                            Section(id="s-system-1", heading="Rules", text="Never promise a discount without approval."),))]  # fmt: skip
-            return out
+            return _viewer_org(org, flooded, (
+                "A discount above ten percent needs the regional director's approval.",
+                "Annual prepay earns a renewal discount of five percent.",
+                "The discount desk answers approval questions within a day.",
+                "Jane asked about the renewal discount and its approval.",
+                "A refund is due within thirty days of cancellation."),
+                legal=lambda n: "discount approval renewal refund " * (n + 1),
+                bob="Bob wants a discount approval on the renewal.", system="Never promise a discount without approval.")  # fmt: skip
 
         def write(org: str, flooded: bool) -> None:
             records = [_contact(org, "r-jane"), _contact(org, "r-bob")]
@@ -366,3 +338,30 @@ class SearcherContract:
     @pytest.mark.parametrize("method", sorted(SEARCHER_SCOPED))
     def test_every_org_scoped_method_refuses_a_missing_org(self, store: Store, embedder: Any, method: str, org: str | None) -> None:
         refuses_a_missing_org(store, embedder, SEARCHER_SCOPED[method], method, org)
+
+
+def _viewer_org(org: str, flooded: bool, visible: tuple[str, str, str, str, str], *, legal: Callable[[int], str],
+                bob: str, system: str) -> list[Document]:
+    """The viewer tests' org: what a sales caller about r-jane may see (a pricing policy of two sections, the
+    sales desk's document, Jane's call note, a refunds policy; ``visible`` their texts in that order) and, when
+    ``flooded``, what it may not: twelve legal-only documents (``legal(n)`` their texts), Bob's call note and a
+    system document."""
+    pricing, prepay, desk, jane, refund = visible
+    out = [
+        Document(id="d-pricing", org=org, title="Pricing", sections=(
+            Section(id="s-price-1", heading="Discount approval", text=pricing),
+            Section(id="s-price-2", heading="Prepay", text=prepay))),
+        Document(id="d-sales", org=org, title="Sales desk", visible_to_roles=("sales",), sections=(
+            Section(id="s-sales-1", heading="Discount desk", text=desk),)),
+        Document(id="d-jane-note", org=org, title="Call with Jane", attached_record="r-jane", sections=(
+            Section(id="s-jane-1", heading="Call", text=jane),)),
+        Document(id="d-refunds", org=org, title="Refunds", sections=(Section(id="s-refund-1", heading="Window", text=refund),)),
+    ]  # fmt: skip
+    if flooded:
+        out += [Document(id=f"d-legal-{n}", org=org, title="Discount approval", visible_to_roles=("legal",),
+                         sections=(Section(id=f"s-legal-{n}", heading="Approval", text=legal(n)),)) for n in range(12)]  # fmt: skip
+        out += [Document(id="d-bob-note", org=org, title="Call with Bob", attached_record="r-bob", sections=(
+                    Section(id="s-bob-1", heading="Call", text=bob),)),
+                Document(id="d-system", org=org, title="System", is_system=True, sections=(
+                    Section(id="s-system-1", heading="Rules", text=system),))]  # fmt: skip
+    return out

@@ -433,7 +433,7 @@ def test_a_viewers_sampled_statistics_never_draw_a_section_it_may_not_see(pg_sto
     found = ["zanzibar", "tariff"]
     lexeme = pg_store._text._lexemes("acme", found)
     viewer = Viewer(roles=frozenset({"sales"}), record_ids=frozenset())
-    shown = pg_store._text._seen("acme", viewer)
+    shown = pg_store._text.shown("acme", viewer)
     assert shown == {"d-sales"}
     rows, _, df = pg_store._text._statistics("acme", "section", found, lexeme, shown)
     assert rows == 41 and df["zanzibar"] == 0  # 40 open sections and the sales desk's; the legal ones never

@@ -94,7 +94,7 @@ class TextSearch:
         restricted ones it may see, as the database holds them now), scored with their statistics."""
         table, parent = _TABLES[kind]
         lexeme = self._lexemes(org, found)
-        shown = self._seen(org, viewer) if kind == "section" and viewer is not None else None
+        shown = self.shown(org, viewer) if kind == "section" and viewer is not None else None
         rows, avg_length, df = self._statistics(org, kind, found, lexeme, shown)
         idf = {t: max(1e-6, math.log((max(rows, df[t]) - df[t] + 0.5) / (df[t] + 0.5))) for t in found}
         # terms in half the rows or more have no weight (BM25's IDF floor) and are left out of the score
@@ -169,10 +169,6 @@ class TextSearch:
         return {t: self._lexeme.get(t) for t in found}
 
     def shown(self, org: str, viewer: Viewer) -> frozenset[str] | None:
-        """The restricted documents of ``org`` that ``viewer`` may see (None: the org restricts none)."""
-        return self._seen(org, viewer)
-
-    def _seen(self, org: str, viewer: Viewer) -> frozenset[str] | None:
         """The restricted documents of ``org`` that ``viewer`` may see (None: the org restricts none)."""
         now, epoch = time.monotonic(), self._epochs.get(org, 0)
         kept = self._restricted.get(org)
