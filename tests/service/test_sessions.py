@@ -96,3 +96,36 @@ def test_a_caller_with_fewer_roles_does_not_page_into_documents_it_may_not_see(s
     ana_pages = pages(sample, first, caller="ana")
     documents = {i.document_id for p in ana_pages for i in p.sources["documents"].items}
     assert documents and not documents & set(restricted)
+
+
+def test_another_caller_paging_a_session_takes_nothing_of_the_openers_it_may_not_see(sample: dossier.Engine) -> None:
+    fetch = {"fetch": ["doc-commission", "doc-pricing"], "budget": {"totalTokens": 1000}}  # commission: finance
+    alone = sample.retrieve(fetch, org="northwind", caller="admin")
+    shared = sample.retrieve(fetch, org="northwind", caller="admin")
+    assert alone.continuation and shared.continuation and keys(alone) == keys(shared)
+    everything = {k for p in pages(sample, alone, caller="admin") for k in keys(p)}
+    hidden = {k for k in everything if k.startswith("documents:doc-commission-")}
+    assert hidden and everything - hidden  # the premise: the opener's leftovers hold both kinds
+    # ana pages the shared session with room for all: she gets what she may see, is told nothing of the rest
+    page = sample.retrieve({"continuation": shared.continuation, "trace": True, "budget": {"totalTokens": 50_000}},
+                           org="northwind", caller="ana")  # fmt: skip
+    assert set(keys(page)) == everything - hidden
+    assert page.continuation is None and not page.withheld
+    assert not {"remaining", "opened_by", "page", "returned_before"} & set(page.route["session"].detail)
+    # a second page for her reads exactly like an unknown continuation, though the opener's items wait
+    with pytest.raises(InvalidRequest) as again:
+        sample.retrieve({"continuation": shared.continuation}, org="northwind", caller="ana")
+    with pytest.raises(InvalidRequest) as unknown:
+        sample.retrieve({"continuation": "0" * len(shared.continuation)}, org="northwind", caller="ana")
+    assert str(again.value).replace(shared.continuation, "ID") == str(unknown.value).replace("0" * len(shared.continuation), "ID")
+    # the opener still gets every item ana was not given, once
+    rest = pages(sample, shared, caller="admin")
+    got = [k for p in rest for k in keys(p)]
+    assert len(got) == len(set(got)) and set(got) == hidden
+    assert rest[-1].continuation is None
+
+
+def test_an_expand_call_without_a_continuation_says_it_is_missing(sample: dossier.Engine) -> None:
+    with pytest.raises(InvalidRequest, match="continuation is missing") as caught:
+        sample.retrieve({"mode": "expand"}, org="northwind", caller="ana")
+    assert caught.value.field == "continuation"

@@ -17,13 +17,16 @@ from typing import Any, Callable
 from ..schema import SOURCE_NAMES, SourceName, item_key
 from ..pipeline.call import Call, public_error
 from ..pipeline.visibility import document_verdict
+from .session import screen_page
 
 
 def govern(call: Call) -> None:
+    offered = sum(len(call.candidates[s]) for s in SOURCE_NAMES)
     _govern_documents(call)
     _govern_memories(call)
     _govern_records(call, "properties", lambda item: [item.record_id])
     _govern_records(call, "graph", lambda item: [item.src, item.dst])
+    screen_page(call, offered)  # an expand page of another caller's session with nothing left for this one
     if call.request.trace:  # only the trace reads it (layers/report.py)
         call.cleared = cleared(call)
 

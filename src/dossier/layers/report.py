@@ -132,10 +132,12 @@ def caller_trace(call: Call) -> tuple[list[TraceEntry] | None, dict[str, dict[st
     seen.update((source, item_key(item)) for source in SOURCE_NAMES for item in call.results[source].items)
     shown: list[TraceEntry] = []
     withheld: dict[str, dict[str, int]] = {}
+    # a page of a session another caller opened: what governance removed was the opener's, not counted
+    others_page = call.session is not None and not call.session.own
     for entry in call.trace:
         if (entry.source, entry.id) in seen:
             shown.append(entry)
-        elif entry.decision == "dropped":  # its "kept" entries say nothing its drop does not
+        elif entry.decision == "dropped" and not others_page:  # its "kept" entries say nothing its drop does not
             layer = entry.layer if _WORD.fullmatch(entry.layer) else "other"
             reason = (entry.reason or "dropped").split(":", 1)[0]  # "replaced_by_sibling:<id>" names an id
             reason = reason if _WORD.fullmatch(reason) else "other"

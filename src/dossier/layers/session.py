@@ -44,12 +44,15 @@ def restore_session(call: Call) -> None:
     if infer_mode(request) != "expand":
         return
     sid = request.continuation or ""
-    session = call.steps.service_store().get_session(sid) if sid else None
+    if not sid:
+        raise InvalidRequest("continuation is missing: expand pages through the continuation of an earlier call",
+                             field="continuation")  # fmt: skip
+    session = call.steps.service_store().get_session(sid)
     if session is not None and session.org != call.org:
         session = None  # another org's continuation reads exactly like an unknown one
     now = time.time()
     if session is None or session.last_used < now - call.settings.service.session_idle_seconds:
-        raise InvalidRequest(f"continuation {sid!r} is unknown or has expired", field="continuation")
+        raise unknown_continuation(sid)
     state = json.loads(session.state)
     call.resolution = _resolution(call, state)
     page: dict[SourceName, list[Any]] = {}
@@ -66,9 +69,27 @@ def restore_session(call: Call) -> None:
     # what the session's own caller did with it (its call, its pages, how much it was given) is its own: a
     # caller paging through another's continuation is told none of it (the earlier pages may have held
     # items it may not see)
+    own = session.caller == call.caller.id
     opened = {"opened_by": session.call_id, "page": state["page"] + 1, "returned_before": state["returned"]}
-    call.decide("session", ran=True, backend="session", detail=opened if session.caller == call.caller.id else {})
-    call.session = Restored(session=session, state=state, page=frozenset(page))
+    call.decide("session", ran=True, backend="session", detail=opened if own else {})
+    call.session = Restored(session=session, state=state, page=frozenset(page), own=own)
+
+
+def unknown_continuation(sid: str) -> InvalidRequest:
+    """What an unknown, expired or other org's continuation gets, word for word."""
+    return InvalidRequest(f"continuation {sid!r} is unknown or has expired", field="continuation")
+
+
+def screen_page(call: Call, offered: int) -> None:
+    """After governance: a page of a session another caller opened, of which governance left this caller
+    nothing out of ``offered`` items, reads like an unknown continuation. Its items are the opener's (its
+    session keeps them, :func:`keep_session`); an empty page instead would tell this caller that items it
+    may not see are waiting."""
+    restored = call.session
+    if restored is None or restored.own or offered == 0 or call.resolution.tombstone:
+        return
+    if not any(call.candidates[s] for s in restored.page):
+        raise unknown_continuation(restored.session.id)
 
 
 def keep_session(call: Call) -> None:
@@ -85,18 +106,33 @@ def _keep(call: Call) -> str | None:
     left: dict[str, list[Any]] = {}
     if restored is not None and not call.resolution.tombstone:  # sources this page left out wait on
         left = {s: items for s, items in restored.state["remaining"].items() if s not in restored.page}
+    more = False  # anything this caller was cleared for is left
     for source in SOURCE_NAMES:
         packed = {item_key(item) for item in call.results[source].items}
         rest = [item.model_dump(mode="json") for item in call.candidates[source] if item_key(item) not in packed]
+        more = more or bool(rest)
+        if restored is not None and not restored.own and source in restored.page and not call.resolution.tombstone:
+            # another caller's page: what governance removed for this caller waits for the opener (whose
+            # next page governs it again), in the order it waited
+            rest = [item for item in restored.state["remaining"].get(source, [])
+                    if _key(item) not in packed]  # fmt: skip
         if rest:
             left[source] = rest
     try:
-        return _save(call, restored, left)
+        sid = _save(call, restored, left)
     except Exception as exc:  # noqa: BLE001 - the page itself is fine; say that no next page can follow
         error = public_error(exc)
         call.decide("session", fallback_reason="session_error", detail={"session_error": error})
         call.degrade("session", error)
         return None
+    # a caller paging through another's session is given the id back only while items it was cleared for
+    # wait (it holds the id: a later page governs what waits again, for it)
+    return sid if restored is None or restored.own or more else None
+
+
+def _key(item: dict[str, Any]) -> str:
+    """``item_key`` of an item as the session keeps it (its JSON form)."""
+    return item_key(_ITEM.validate_python(item))
 
 
 def _save(call: Call, restored: Restored | None, left: dict[str, list[Any]]) -> str | None:

@@ -121,6 +121,7 @@ class Restored:
     session: Session
     state: dict[str, Any]  # remaining items per source, returned so far, page, who the call was about
     page: frozenset[SourceName]  # the sources whose items this page came from
+    own: bool = True  # the caller paging is the one that opened the session
 
 
 @dataclass
