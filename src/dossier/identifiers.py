@@ -26,12 +26,28 @@ _LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _TWO_PART_SUFFIXES = frozenset(
     "co.uk org.uk ac.uk gov.uk ltd.uk plc.uk me.uk co.jp ne.jp or.jp com.au net.au org.au edu.au "
     "co.nz org.nz com.br com.mx com.ar com.cn com.hk com.sg com.tr co.za co.in net.in org.in co.kr "
-    "com.tw co.il".split()
+    "com.tw co.il "
+    # hosts under which unrelated sites each have their own name (acme.github.io is not github.io)
+    "github.io gitlab.io blogspot.com wordpress.com herokuapp.com netlify.app vercel.app pages.dev web.app "
+    "firebaseapp.com appspot.com azurewebsites.net cloudfront.net wixsite.com myshopify.com substack.com "
+    "notion.site squarespace.com glitch.me fly.dev onrender.com".split()
 )
-#: Mail providers whose domain says nothing about the employer; never used to group aliases.
+#: Mail providers whose domain says nothing about the employer; never used to group aliases. Not a complete
+#: list (none can be): an email's domain groups aliases only where a record of the org has it as its website
+#: (layers/resolve.py), so people who share a provider missing here are still not one another's aliases.
 FREEMAIL_DOMAINS = frozenset(
-    "gmail.com googlemail.com yahoo.com hotmail.com outlook.com live.com icloud.com me.com aol.com "
-    "proton.me protonmail.com gmx.de gmx.net web.de mail.com yandex.ru".split()
+    "gmail.com googlemail.com yahoo.com yahoo.co.uk yahoo.fr yahoo.de yahoo.co.jp yahoo.com.br ymail.com "
+    "rocketmail.com hotmail.com hotmail.co.uk hotmail.fr hotmail.de hotmail.it hotmail.es outlook.com "
+    "outlook.fr outlook.de live.com live.co.uk live.fr msn.com passport.com icloud.com me.com mac.com "
+    "aol.com aim.com proton.me protonmail.com protonmail.ch pm.me tutanota.com tuta.io fastmail.com "
+    "fastmail.fm hey.com zoho.com zohomail.com gmx.de gmx.net gmx.com gmx.at gmx.ch web.de t-online.de "
+    "freenet.de mail.com email.com usa.com yandex.ru yandex.com ya.ru mail.ru inbox.ru list.ru bk.ru "
+    "rambler.ru qq.com 163.com 126.com yeah.net sina.com sohu.com aliyun.com naver.com daum.net "
+    "hanmail.net comcast.net verizon.net att.net sbcglobal.net cox.net charter.net earthlink.net "
+    "btinternet.com sky.com virginmedia.com talktalk.net orange.fr wanadoo.fr free.fr laposte.net sfr.fr "
+    "libero.it virgilio.it tiscali.it alice.it seznam.cz wp.pl o2.pl onet.pl interia.pl bigpond.com "
+    "optusnet.com.au shaw.ca rogers.com sympatico.ca rediffmail.com uol.com.br bol.com.br terra.com.br "
+    "hushmail.com mailbox.org posteo.de duck.com".split()
 )
 
 

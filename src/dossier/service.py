@@ -290,14 +290,15 @@ class Service:
         """What a call is billed as, and its units (``Settings.service`` of ``org``): up front from the
         request, or, given the response, what it actually ran (a downgraded depth, synthesis that did not run)."""
         cost = self.engine.settings_for(org).service
+        item: str
         if request.continuation and request.mode in (None, "expand"):
-            return "expand", cost.cost_expand
-        depth = request.depth
-        route = response.route.get("documents") if response is not None else None
-        if route is not None and route.effective_depth is not None:
-            depth = route.effective_depth
-        units = {"fast": cost.cost_fast, "standard": cost.cost_standard, "deep": cost.cost_deep}[depth]
-        item: str = request.depth
+            item, units = "expand", cost.cost_expand  # a page; synthesis over it is charged as on any call
+        else:
+            depth = request.depth
+            route = response.route.get("documents") if response is not None else None
+            if route is not None and route.effective_depth is not None:
+                depth = route.effective_depth
+            item, units = request.depth, {"fast": cost.cost_fast, "standard": cost.cost_standard, "deep": cost.cost_deep}[depth]
         if request.synthesize:
             item += "+synthesis"
             synthesis = response.synthesis if response is not None else None
@@ -395,10 +396,16 @@ class Service:
         items = [self._scoped(principal, _plain(r), "records") for r in records]
         if not self._is_admin(principal):
             ids = [str(i["id"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str)]
-            for record in self.engine.store.get_records(ids, org=principal.org):
-                if record.pending_deletion:
-                    raise UsageError(f"record {record.id!r} is pending deletion: nothing can be added to it")
+            # merging a record into one pending deletion adds its data to that record
+            ids += [str(i["merged_into"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("merged_into"), str)]
+            self._refuse_pending_deletion(principal, ids)
         return self.engine.load_bundle({"records": items})
+
+    def _refuse_pending_deletion(self, principal: Principal, record_ids: Iterable[str]) -> None:
+        """A record pending deletion is the admin's alone: nothing can be added to it, moved off it or merged into it."""
+        for record in self.engine.store.get_records(sorted(set(record_ids)), org=principal.org):
+            if record.pending_deletion:
+                raise UsageError(f"record {record.id!r} is pending deletion: nothing can be added to it")
 
     def add_memories(self, principal: Principal, memories: Iterable[NewMemory | Mapping[str, Any]]) -> list[Memory]:
         out = []
@@ -416,6 +423,8 @@ class Service:
                 raise InvalidRequest(f"{field}: no record {clip(m.record)} in this org", field=field)
             if known[m.record].pending_deletion:  # as remember() says it
                 raise UsageError(f"record {m.record!r} is pending deletion: nothing can be added to it")
+        if not self._is_admin(principal):  # rewriting a memory by its id would move it off its record
+            self._refuse_pending_deletion(principal, [m.record for m in self.engine.store.get_memories([m.id for m in out], org=principal.org)])
         self.engine.load_bundle({"memories": [m.model_dump(mode="json") for m in out]})
         return out
 
@@ -472,6 +481,7 @@ class Service:
         if ADMIN_ROLE not in roles:  # the admin may replace any document; others only those they may see
             store = self.engine.store
             existing = store.get_documents([d.id for d in out], org=principal.org)
+            self._refuse_pending_deletion(principal, [d.attached_record for d in out if d.attached_record])  # a new note
             attached = {d.attached_record for d in existing if d.attached_record}
             deleted = {r.id for r in store.get_records(sorted(attached), org=principal.org) if r.pending_deletion}
             for existing_doc in existing:

@@ -90,3 +90,36 @@ def test_an_identifier_naming_several_live_records_says_which_others(fresh_engin
 def test_an_identifier_whose_matches_are_one_record_is_not_ambiguous(sample_engine: dossier.Engine) -> None:
     for record in ({"email": "jane@acme.com"}, {"email": "jane.doe@acme.com"}, {"website": "acme.com"}):
         assert "ambiguous" not in ask(sample_engine, record).route["resolve"].detail, record
+
+
+def test_people_who_share_a_mail_provider_are_not_aliases_until_a_company_has_the_domain(fresh_engine: dossier.Engine) -> None:
+    people = [
+        {"id": "rec-alice-sm", "org": "northwind", "kind": "contact", "identifiers": {"email": "alice@smallmail.net"}},
+        {"id": "rec-bob-sm", "org": "northwind", "kind": "contact", "identifiers": {"email": "bob@smallmail.net"}},
+    ]
+    said = {"id": "mem-bob-sm", "org": "northwind", "record": "rec-bob-sm", "text": "Bob disclosed his diagnosis.",
+            "created_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+    note = {"id": "doc-note-bob-sm", "org": "northwind", "title": "Notes: Bob", "doc_type": "note",
+            "attached_record": "rec-bob-sm",
+            "sections": [{"id": "doc-note-bob-sm-s1", "heading": "Private", "text": "Bob's diagnosis and treatment plan."}]}  # fmt: skip
+    fresh_engine.load_bundle({"records": people, "memories": [said], "documents": [note]})
+    question = "What did the patient disclose about the diagnosis and treatment plan?"
+    response = ask(fresh_engine, {"email": "alice@smallmail.net"}, question)
+    assert response.record is not None and response.record.id == "rec-alice-sm" and response.record.aliases == []
+    assert not {"mem-bob-sm", "doc-note-bob-sm-s1"} & all_ids(response)
+    # a company of the org with that website makes the domain a company's: its people are aliases
+    fresh_engine.load_bundle({"records": [{"id": "rec-smallmail", "org": "northwind", "kind": "company",
+                                           "identifiers": {"website": "smallmail.net"}}]})  # fmt: skip
+    response = ask(fresh_engine, {"email": "alice@smallmail.net"}, question)
+    assert response.record is not None and {"rec-bob-sm", "rec-smallmail"} <= set(response.record.aliases)
+    assert "mem-bob-sm" in all_ids(response)
+
+
+def test_free_mail_and_shared_hosts_name_no_company() -> None:
+    from dossier.identifiers import email_domain, normalize_website
+
+    for email in ("a@hotmail.co.uk", "a@yahoo.co.uk", "a@qq.com", "a@mail.ru", "a@pm.me", "a@t-online.de"):
+        assert email_domain(email) is None, email
+    assert email_domain("jane@sales.acme.co.uk") == "acme.co.uk"
+    assert normalize_website("https://acme.github.io/team") == "acme.github.io"
+    assert normalize_website("https://blog.acme.com") == "acme.com"

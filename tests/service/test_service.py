@@ -87,6 +87,15 @@ def test_what_did_not_run_is_given_back(service: Service) -> None:
     assert lines == {"deep": (5, 3, 2), "fast+synthesis": (6, 5, 1)}
 
 
+def test_synthesis_over_an_expand_page_is_charged_as_on_any_call(service: Service) -> None:
+    first = service.retrieve(principal("ana"), {**BRIEF, "budget": {"totalTokens": 1500}})
+    assert first.continuation
+    service.retrieve(principal("ana"), {"continuation": first.continuation, "message": "What are the list prices?",
+                                        "synthesize": True})  # fmt: skip
+    lines = {u.item: (u.charged, u.refunded, u.net) for u in service.usage("northwind")}
+    assert lines["expand+synthesis"] == (6, 5, 1)  # no model: the synthesis charged up front is given back
+
+
 def test_an_invalid_request_is_audited_by_field_and_not_charged(service: Service) -> None:
     with pytest.raises(InvalidRequest):
         service.retrieve(principal("ana"), {"budget": {"totalTokens": 10**9}, "message": "secret question"})
@@ -171,6 +180,27 @@ def test_a_record_pending_deletion_cannot_be_written_back_to_life(service: Servi
     after = service.retrieve(principal("ana"), ask)
     assert after.record is not None and after.record.tombstone and not after.sources["memories"].items
     service.add_records(principal("admin"), [{"id": "rec-george", "kind": "contact", "pending_deletion": True}])  # the admin's
+
+
+def test_nothing_is_moved_off_merged_into_or_attached_to_a_record_pending_deletion(service: Service) -> None:
+    """rec-george is pending deletion; mem-0163 is one of his memories. A caller who is not the admin can no
+    more reach his data through an existing id, a merge or a new note than by writing to him directly."""
+    store = service.engine.store
+    [george_memory] = store.get_memories(["mem-0163"], org="northwind")
+    assert george_memory.record == "rec-george"
+    with pytest.raises(dossier.UsageError, match="pending deletion"):  # rewritten under another record: moved off his
+        service.add_memories(principal("ana"), [{"id": "mem-0163", "record": "rec-raj", "text": "overwritten"}])
+    with pytest.raises(dossier.UsageError, match="pending deletion"):  # merged into him
+        service.add_records(principal("ana"), [{"id": "rec-jane-old", "kind": "contact", "merged_into": "rec-george"}])
+    with pytest.raises(dossier.UsageError, match="pending deletion"):  # a new note about him
+        service.add_documents(principal("ana"), [{"id": "doc-note-george-new", "title": "George", "markdown": "# George\n\nx",
+                                                  "attached_record": "rec-george"}])  # fmt: skip
+    assert store.get_memories(["mem-0163"], org="northwind") == [george_memory]
+    assert store.get_records(["rec-jane-old"], org="northwind")[0].merged_into == "rec-jane"
+    assert store.get_documents(["doc-note-george-new"], org="northwind") == []
+    # the admin's to do
+    service.add_memories(principal("admin"), [{"id": "mem-0163", "record": "rec-raj", "text": "moved by the admin"}])
+    assert store.get_memories(["mem-0163"], org="northwind")[0].record == "rec-raj"
 
 
 def test_the_route_tells_nothing_of_sections_the_caller_may_not_see(service: Service) -> None:

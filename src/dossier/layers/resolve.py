@@ -89,8 +89,16 @@ def record_domain(record: Record) -> str | None:
 
 
 def _aliases(call: Call, record: Record, *, exclude: set[str]) -> list[Record]:
+    """Other live records of the record's company domain. An email's domain counts only where a record of
+    the org has it as its website (the company): people who merely share a mail provider, however small
+    and missing from the free-mail list, are not one another's aliases, and what they said is not read in
+    calls about each other."""
     domain = record_domain(record)
     if domain is None:
+        return []
+    if not record.identifiers.website and not any(
+        r.merged_into is None and not r.pending_deletion for r in call.store.find_records("website", domain, org=call.org)
+    ):
         return []
     limit = call.settings.max_aliases
     found = call.store.records_by_domain(domain, org=call.org, limit=limit + len(exclude) + 20)
