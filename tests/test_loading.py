@@ -489,3 +489,13 @@ def test_markdown_into_an_unknown_org_is_refused(engine: dossier.Engine) -> None
     with pytest.raises(dossier.BundleError) as caught:
         engine.add_document(doc)
     assert caught.value.problems[0].item_id == "returns-handbook"
+
+
+def test_titles_of_other_scripts_or_of_no_letters_give_documents_ids_of_their_own() -> None:
+    titles = ["価格ガイド", "返金ポリシー", "Über uns", "Uber uns!", "???", "!!!", "Pricing Policy 2024"]
+    ids = [document_from_markdown(f"# {t}\n\nText.", org="acme").id for t in titles]
+    assert ids[0] == "価格ガイド" and ids[2] == "uber-uns" and ids[-1] == "pricing-policy-2024"  # ASCII titles as before
+    assert len(set(ids)) == len(ids) - 1  # "Über uns" and "Uber uns!" are one id; the rest are all different
+    assert ids[4].startswith("doc-") and ids[4] != ids[5]
+    doc = document_from_markdown("# ???\n\n## ...\n\nA.\n\n## !!!\n\nB.", org="acme")
+    assert [s.id for s in doc.sections] == [f"{doc.id}--section", f"{doc.id}--section-2"]

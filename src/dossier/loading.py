@@ -16,6 +16,7 @@ import re
 import sqlite3
 import tempfile
 import time
+import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -608,8 +609,21 @@ class _Staged:
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+def slug(text: str, *, fallback: str | None = None) -> str:
+    """An id made of ``text``: its letters and digits in lower case, of any script, accents taken off
+    ("Über uns" -> "uber-uns", "価格ガイド" kept), runs of anything else one "-". A text with neither gives
+    ``fallback``, or where there is none "doc-" and a digest of the text, so that two titles of no letters
+    never share an id (a document added under the id of another replaces it)."""
+    made = re.sub(r"[\W_]+", "-", "".join(map(_unaccented, unicodedata.normalize("NFKC", text))).lower()).strip("-")
+    if made:
+        return made
+    return fallback if fallback is not None else "doc-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def _unaccented(char: str) -> str:
+    """A Latin letter without its accents ("Ü" -> "U"); any other character as it is ("ガ" keeps its mark)."""
+    parts = unicodedata.normalize("NFD", char)
+    return parts[0] if len(parts) > 1 and parts[0].isascii() and all(map(unicodedata.combining, parts[1:])) else char
 
 
 def document_from_markdown(
@@ -653,7 +667,7 @@ def document_from_markdown(
         body_text = "\n".join(body).strip()
         if not body_text and not heading:
             continue
-        base = f"{doc_id}--{slug(heading or 'introduction')}"
+        base = f"{doc_id}--{slug(heading or 'introduction', fallback='section')}"
         used[base] = used.get(base, 0) + 1
         section_id = base if used[base] == 1 else f"{base}-{used[base]}"
         while section_id in taken:  # "FAQ", "FAQ", "FAQ 2" must not give "faq-2" twice
