@@ -308,9 +308,10 @@ class Service:
         return item, units
 
     def call(self, principal: Principal, call_id: str, *, wait: float = 0.0) -> dict[str, Any]:
-        """A call of the principal's org: its audited shape (``summary``) and, for a ``deferred`` call made by
-        this caller, its ``synthesis`` (``pending`` while it runs; waits up to ``wait`` seconds for it).
-        NotFound for an unknown call and, in the same words, for another org's."""
+        """One of the principal's own calls (any call of its org for the admin role): its audited shape
+        (``summary``) and, for a ``deferred`` call made by this caller, its ``synthesis`` (``pending`` while it
+        runs; waits up to ``wait`` seconds for it). NotFound for an unknown call and, in the same words, for
+        another org's or another caller's."""
         row = self._own_call(principal, call_id)
         summary = audit_dict(row)
         out: dict[str, Any] = {"call_id": row.call_id, "status": row.outcome, "summary": summary, "synthesis": None}
@@ -326,7 +327,7 @@ class Service:
         return out
 
     def feedback(self, principal: Principal, body: FeedbackRequest | Mapping[str, Any]) -> Feedback:
-        """Rate one of the org's own calls."""
+        """Rate one of the principal's own calls (any call of its org for the admin role)."""
         request = body if isinstance(body, FeedbackRequest) else _validate(FeedbackRequest, body)
         self._own_call(principal, request.call_id)
         row = Feedback(call_id=request.call_id, org=principal.org, caller=principal.caller, rating=request.rating,
@@ -342,8 +343,11 @@ class Service:
         return self.store.usage(org=org, since=since, until=until)
 
     def _own_call(self, principal: Principal, call_id: str) -> AuditRow:
+        """The call, when it is the principal's own or the principal has the admin role of its org. Another
+        caller's call reads exactly like an unknown one: its shape (how many items each source returned,
+        how many bytes) was governed for that caller and could tell of items this one may not see."""
         row = self.store.get_audit(call_id)
-        if row is None or row.org != principal.org:  # another org's call reads exactly like an unknown one
+        if row is None or row.org != principal.org or (row.caller != principal.caller and not self._is_admin(principal)):
             raise NotFound(f"no call {clip(call_id)}")
         return row
 

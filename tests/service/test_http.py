@@ -144,9 +144,13 @@ def test_another_orgs_calls_sessions_and_feedback_read_like_unknown_ones(http: h
     same(http.post("/v1/retrieve", json={"continuation": continuation}, headers=zoe),
          http.post("/v1/retrieve", json={"continuation": unknown_session}, headers=zoe), continuation, unknown_session)  # fmt: skip
     assert http.get("/v1/calls/" + "0" * 32, headers=live.auth("ana")).status_code == 404
-    own = http.get(f"/v1/calls/{call_id}", headers=live.auth("ben")).json()  # same org, another caller
-    assert own["summary"]["mode"] == "brief" and own["summary"]["caller"] == "ana"
-    assert [f["rating"] for f in http.get(f"/v1/calls/{call_id}/feedback", headers=live.auth("ben")).json()] == [5]
+    ben = live.auth("ben")  # same org, another caller: ana's call reads like an unknown one to him too
+    same(http.get(f"/v1/calls/{call_id}", headers=ben), http.get(f"/v1/calls/{unknown_call}", headers=ben), call_id, unknown_call)
+    same(http.get(f"/v1/calls/{call_id}/feedback", headers=ben), http.get(f"/v1/calls/{unknown_call}/feedback", headers=ben),
+         call_id, unknown_call)  # fmt: skip
+    org_admin = http.get(f"/v1/calls/{call_id}", headers=live.auth("admin")).json()  # the org's admin reads any
+    assert org_admin["summary"]["mode"] == "brief" and org_admin["summary"]["caller"] == "ana"
+    assert [f["rating"] for f in http.get(f"/v1/calls/{call_id}/feedback", headers=live.auth("ana")).json()] == [5]
     page = post(http, live, "/v1/retrieve", {"continuation": continuation}, caller="ben")
     assert page.status_code == 200 and page.json()["mode"] == "expand"
 

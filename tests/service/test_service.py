@@ -124,17 +124,23 @@ def test_the_audit_holds_the_shape_of_calls_never_their_bodies(service: Service,
 # -- calls and feedback ------------------------------------------------------------------------------
 def test_feedback_and_results_belong_to_the_org_of_the_call(service: Service) -> None:
     call_id = service.retrieve(principal("ana"), BRIEF).call_id
-    row = service.feedback(principal("ben"), {"call_id": call_id, "rating": 4, "comment": "pricing rules were there"})
-    assert (row.org, row.caller, row.rating) == ("northwind", "ben", 4)
-    assert [f.rating for f in service.feedback_for(principal("ana"), call_id)] == [4]
+    row = service.feedback(principal("admin"), {"call_id": call_id, "rating": 4, "comment": "pricing rules were there"})
+    assert (row.org, row.caller, row.rating) == ("northwind", "admin", 4)
+    service.feedback(principal("ana"), {"call_id": call_id, "rating": 5})
+    assert [f.rating for f in service.feedback_for(principal("ana"), call_id)] == [4, 5]
     assert service.call(principal("ana"), call_id)["summary"]["mode"] == "brief"
+    assert service.call(principal("admin"), call_id)["summary"]["caller"] == "ana"
     for action in (
         lambda p: service.feedback(p, FeedbackRequest(call_id=call_id, rating=1)),
         lambda p: service.feedback_for(p, call_id),
         lambda p: service.call(p, call_id),
     ):
-        with pytest.raises(NotFound, match=f"no call '{call_id}'"):  # another org's call reads like an unknown one
-            action(principal("zoe"))
+        # another org's call, and another caller's of the same org (its shape was governed for that caller),
+        # read like an unknown one
+        for other in ("zoe", "ben"):
+            with pytest.raises(NotFound, match=f"no call '{call_id}'"):
+                action(principal(other))
+    assert [f.rating for f in service.feedback_for(principal("ana"), call_id)] == [4, 5]  # nothing added by them
     with pytest.raises(NotFound):
         service.call(principal("ana"), "0" * 32)
     for body, field in (({"call_id": call_id, "rating": 9}, "rating"), ({"call_id": call_id, "rating": 3, "org": "x"}, "org")):
