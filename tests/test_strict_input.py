@@ -341,3 +341,26 @@ def test_the_engine_refuses_a_coerced_request_before_the_store(engine: dossier.E
     with pytest.raises(dossier.InvalidRequest) as caught:
         engine.retrieve({"message": "hi", "sources": {"memories": "yes"}}, org="nowhere", caller="nobody")
     assert caught.value.field == "sources.memories"
+
+
+def test_no_retrieve_error_quotes_more_than_100_characters_of_the_input(engine: dossier.Engine) -> None:
+    engine.load_bundle({"orgs": [{"id": "acme", "name": "Acme"}], "callers": [{"id": "ana", "org": "acme", "roles": []}]})
+    cases = [
+        (lambda: engine.retrieve({"message": "hi"}, org="x" * BIG, caller="ana"), dossier.NotFound, "x"),
+        (lambda: engine.retrieve({"message": "hi"}, org="acme", caller="y" * BIG), dossier.NotFound, "y"),
+        (lambda: engine.retrieve({"continuation": "z" * 200}, org="acme", caller="ana"), dossier.InvalidRequest, "z"),
+        (lambda: engine.retrieve({"message": "hi", "q" * 600: 1}, org="acme", caller="ana"), dossier.InvalidRequest, "q"),
+    ]
+    for ask, error, filler in cases:
+        with pytest.raises(error) as caught:
+            ask()
+        assert 0 < _longest_echo(str(caught.value), filler) < 100, str(caught.value)[:300]
+
+
+@pytest.mark.parametrize("value", [1700000000, 1.7e9])
+def test_a_date_is_never_made_of_a_number(engine: dossier.Engine, value: Any) -> None:
+    data = bundle()
+    data["memories"][0]["created_at"] = value
+    [problem] = _problems(engine, data)
+    assert problem.item_id == data["memories"][0]["id"] and "ISO 8601 string" in str(problem)
+    assert engine.store.get_org(org="acme") is None

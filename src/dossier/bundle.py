@@ -180,6 +180,13 @@ class Memory(_Item):
     text: str = Field(min_length=1, max_length=MEMORY_TEXT_MAX)
     created_at: datetime
 
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # no coercion: a number is no date
+            raise ValueError("a date and time is an ISO 8601 string (2026-01-31T09:00:00Z), not a number")
+        return value
+
     @field_validator("created_at")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:

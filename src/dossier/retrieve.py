@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from .deadline import within
 from .errors import InvalidRequest, NotFound
+from .identifiers import clip
 from .layers.budget import pack
 from .layers.govern import govern
 from .layers.plan import call_deadline, plan
@@ -50,6 +51,7 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown field"
+        where = clip(where, quote=False)  # a field name the caller made up is quoted no longer than any input
         raise InvalidRequest(f"invalid request: {where}: {message}", field=where) from None
 
 
@@ -64,10 +66,10 @@ def retrieve(
     started = time.monotonic()
     parsed = parse_request(request)
     if not org or engine.store.get_org(org=org) is None:
-        raise NotFound(f"unknown org {org!r}")
+        raise NotFound(f"unknown org {clip(org)}")
     who = engine.store.get_caller(caller, org=org)
     if who is None:
-        raise NotFound(f"unknown caller {caller!r} in org {org!r}")
+        raise NotFound(f"unknown caller {clip(caller)} in org {clip(org)}")
     steps = engine.steps(org=org, caller=caller)
     call = Call(steps=steps, request=parsed, org=org, caller=who, settings=engine.settings_for(org), full_trace=full_trace)
     if call_id:  # the service names the call before it runs: it is charged up front under that id

@@ -167,9 +167,9 @@ class Service:
         """A new key for ``caller`` of ``org`` (both must exist): the stored row, and the key itself,
         which is shown once and never stored."""
         if self.engine.store.get_org(org=org) is None:
-            raise NotFound(f"unknown org {org!r}: load it first (dossier load)")
+            raise NotFound(f"unknown org {clip(org)}: load it first (dossier load)")
         if self.engine.store.get_caller(caller, org=org) is None:
-            raise NotFound(f"unknown caller {caller!r} in org {org!r}: load it first (dossier load)")
+            raise NotFound(f"unknown caller {clip(caller)} in org {clip(org)}: load it first (dossier load)")
         key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
         row = ApiKey(id=key_id, org=org, caller=caller, secret_hash=_digest(secret), created_at=self.clock(), name=name)
         self.store.add_key(row)
@@ -384,8 +384,9 @@ class Service:
         for list_name, items in bundle.items():
             if list_name == "orgs" and isinstance(items, list):
                 for item in items:
-                    if isinstance(item, Mapping) and item.get("id") != principal.org:
-                        raise Forbidden(f"orgs: {item.get('id')!r} is not this key's org {principal.org!r}")
+                    # an org without a string id is the bundle reader's to report (422), not another org
+                    if isinstance(item, Mapping) and isinstance(item.get("id"), str) and item["id"] != principal.org:
+                        raise Forbidden(f"orgs: {clip(item['id'])} is not this key's org {principal.org!r}")
                 scoped[list_name] = items
             elif isinstance(items, list):
                 scoped[list_name] = [self._scoped(principal, item, list_name) for item in items]
@@ -504,8 +505,8 @@ class Service:
         if org is None:
             return {**item, "org": principal.org}
         if org != principal.org:
-            where = f"{list_name} {item.get('id')!r}" if item.get("id") else list_name
-            raise Forbidden(f"{where}: org {org!r} is not this key's org {principal.org!r}")
+            where = f"{list_name} {clip(item.get('id'))}" if item.get("id") else list_name
+            raise Forbidden(f"{where}: org {clip(org)} is not this key's org {principal.org!r}")
         return item
 
     def _is_admin(self, principal: Principal) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from ..errors import InvalidRequest
+from ..identifiers import clip
 from ..schema import SOURCE_NAMES, Item, SourceName, item_key
 from ..stores.service_base import Session
 from ..pipeline.call import Call, Resolution, Restored, public_error
@@ -77,7 +78,7 @@ def restore_session(call: Call) -> None:
 
 def unknown_continuation(sid: str) -> InvalidRequest:
     """What an unknown, expired or other org's continuation gets, word for word."""
-    return InvalidRequest(f"continuation {sid!r} is unknown or has expired", field="continuation")
+    return InvalidRequest(f"continuation {clip(sid)} is unknown or has expired", field="continuation")
 
 
 def screen_page(call: Call, offered: int) -> None:
