@@ -236,3 +236,10 @@ def test_documents_are_added_in_the_org_and_hidden_ones_cannot_be_replaced(servi
     with pytest.raises(InvalidRequest) as caught:
         service.add_documents(principal("ana"), [{"title": "T"}])
     assert "exactly one of" in str(caught.value)
+
+
+def test_a_bundle_org_without_an_id_is_a_broken_bundle_not_another_org(service: Service) -> None:
+    with pytest.raises(dossier.BundleError):
+        service.load_bundle(principal("admin"), {"orgs": [{"name": "no id"}]})
+    with pytest.raises(dossier.Forbidden):
+        service.load_bundle(principal("admin"), {"orgs": [{"id": "southwind", "name": "another org"}]})
