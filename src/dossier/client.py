@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Generic, Mapping, TypeVar
+from urllib.parse import quote
 
 from .bundle import Bundle, Document, Memory
 from .errors import (
@@ -141,8 +142,8 @@ class _Base:
     def _add_document(org: str, document: Document | NewDocument | Mapping[str, Any]) -> _Call[Document]:
         stored = _as_document(org, document)
         body = stored.model_dump(mode="json", exclude={"is_system"})
-        if not isinstance(document, Document) or document.org == org:
-            body.pop("org")  # the key's org; a Document naming another org is sent as it is and refused (403)
+        if stored.org == org:
+            body.pop("org")  # the key's org; a document naming another org is sent as it is and refused (403)
 
         def parse(answer: Any) -> Document:
             [row] = answer["documents"]
@@ -258,7 +259,8 @@ class Client(_Base):
 
 
 class AsyncClient(_Base):
-    """:class:`Client` for asyncio: the same methods, awaited. Close it with ``await aclose()`` or ``async with``."""
+    """:class:`Client` for asyncio: the same methods, awaited. Two things differ: the key's org is a method,
+    ``await client.org()`` (on :class:`Client` a property), and it closes with ``await aclose()`` or ``async with``."""
 
     def __init__(self, url: str, api_key: str, *, timeout: float = DEFAULT_TIMEOUT,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
@@ -347,9 +349,11 @@ def _problem(line: str) -> Problem:
 
 # -- helpers -----------------------------------------------------------------------------------------------
 def _segment(value: str) -> str:
+    """``value`` as one path segment, percent-encoded (``?``, ``#``, ``%``, spaces, non-ASCII), so the server
+    gets it whole. One with ``/`` is refused: the server decodes ``%2F`` before routing."""
     if not value or "/" in value or value in (".", ".."):
         raise InvalidRequest(f"invalid call id {value[:100]!r}", field="call_id")
-    return value
+    return quote(value, safe="")
 
 
 def _record_ref(record: str | RecordRef | Mapping[str, Any]) -> RecordRef:

@@ -21,7 +21,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, ToolAnnotations
@@ -242,12 +242,23 @@ def _unread(exc: Exception) -> ErrorData:
     return ErrorData(code=INVALID_REQUEST, message="Invalid Request: the line is JSON but not a JSON-RPC 2.0 message")
 
 
+class _Exact(FuncMetadata):
+    """The SDK's metadata without its pre-parse of JSON held in a string: a string argument stays a string
+    (``'["a"]'`` is a message, not a list) and a string is no list or object."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+
 def _strict(tool: Tool) -> Tool:
-    """Refuse arguments the tool does not define (an ``org`` or ``caller`` above all)."""
-    base = tool.fn_metadata.arg_model
-    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    """Refuse arguments the tool does not define (an ``org`` or ``caller`` above all), and coerce none
+    (docs/retrieve.md, Strictness: ``"true"`` and ``1`` are no booleans, ``"5"`` is no integer)."""
+    meta = tool.fn_metadata
+    base = meta.arg_model
+    config = ConfigDict(extra="forbid", strict=True, arbitrary_types_allowed=True)
     strict = cast("type[ArgModelBase]", type(base.__name__, (base,), {"model_config": config}))
-    tool.fn_metadata.arg_model = strict
+    fields = {name: getattr(meta, name) for name in FuncMetadata.model_fields}
+    tool.fn_metadata = _Exact(**{**fields, "arg_model": strict})
     tool.parameters = strict.model_json_schema(by_alias=True)
     return tool
 

@@ -9,11 +9,13 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import httpx
 import pytest
 
 import dossier
 from dossier.providers.embeddings import OnnxMiniLM
 from dossier.schema import Synthesis
+from dossier.service import NewDocument
 from dossier.stores.service_base import Feedback
 from tests.postgres_server import TestServer
 from tests.scripted_llm import ScriptedLLM, scripted, scripted_server  # noqa: F401 - fixtures
@@ -142,6 +144,58 @@ def test_http_errors_are_the_library_errors(served: Served, engine_of: Callable[
     assert broken.value.problems == in_process.value.problems and broken.value.problems[0].item_id == "m-x"
 
 
+@pytest.mark.parametrize("named", ["mapping", "new-document"])
+def test_a_document_naming_another_org_is_refused_as_the_server_refuses_it(
+    served: Served, engine_of: Callable[[str], dossier.Engine], named: str
+) -> None:
+    body = {"org": "southwind", "id": f"sw-{named}", "title": "T", "markdown": "# T\n\nx"}
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {served.keys['admin']}"}) as http:
+        assert http.post("/v1/documents", json=body).status_code == 403  # what the server says to the body itself
+    with dossier.Client(served.url, served.keys["admin"]) as client:  # a key of northwind
+        with pytest.raises(dossier.Forbidden, match="org 'southwind' is not this key's org 'northwind'"):
+            client.add_document(body if named == "mapping" else NewDocument.model_validate(body))
+
+    async def run() -> None:
+        async with dossier.AsyncClient(served.url, served.keys["admin"]) as client:
+            with pytest.raises(dossier.Forbidden, match="org 'southwind' is not this key's org 'northwind'"):
+                await client.add_document(body if named == "mapping" else NewDocument.model_validate(body))
+
+    asyncio.run(run())
+    engine = engine_of(served.store_url)
+    for org in ("northwind", "southwind"):  # nothing written, under either org
+        assert engine.store.get_documents([body["id"]], org=org) == []
+    with dossier.Client(served.url, served.keys["admin"]) as client:  # naming the key's own org is fine
+        own = client.add_document({**body, "org": "northwind"})
+    stored = engine.store.get_documents([body["id"]], org="northwind")
+    assert own.org == "northwind" and [d.org for d in stored] == ["northwind"]
+
+
+ODD_IDS = ["abc?wait=5", "abc#x", "a b", "%41", "caf\u00e9&x=1", "a;b", "..x"]
+
+
+def test_a_call_id_reaches_the_server_whole(served: Served) -> None:
+    """Each id is one path segment, percent-encoded: the server's NotFound names the whole id."""
+    with dossier.Client(served.url, served.keys["ana"]) as client:
+        for call_id in ODD_IDS:
+            with pytest.raises(dossier.NotFound) as refused:
+                client.result(call_id)
+            assert str(refused.value) == f"no call {call_id!r}"
+        for call_id in ("", ".", "..", "a/b"):  # no segment, or not one: refused before anything is sent
+            with pytest.raises(dossier.InvalidRequest):
+                client.result(call_id)
+
+    async def run() -> list[str]:
+        async with dossier.AsyncClient(served.url, served.keys["ana"]) as client:
+            refusals = []
+            for call_id in ODD_IDS:
+                with pytest.raises(dossier.NotFound) as refused:
+                    await client.result(call_id)
+                refusals.append(str(refused.value))
+            return refusals
+
+    assert asyncio.run(run()) == [f"no call {call_id!r}" for call_id in ODD_IDS]
+
+
 def test_an_unreachable_service_is_store_unavailable() -> None:
     from tests.service.conftest import free_port
 
@@ -155,6 +209,7 @@ def test_an_unreachable_service_is_store_unavailable() -> None:
 def test_async_errors_and_writes(served: Served) -> None:
     async def run() -> None:
         async with dossier.AsyncClient(served.url, served.keys["ben"]) as client:
+            assert await client.org() == "northwind"  # a method here, a property on Client (README)
             memory = await client.remember({"phone": "+1 415 555 0100"}, "Jane's team moves to the EU region in May.")
             assert memory.record == "rec-jane" and memory.org == "northwind"
             with pytest.raises(dossier.Forbidden):

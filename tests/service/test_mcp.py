@@ -150,6 +150,47 @@ def test_feedback_on_another_orgs_call_is_refused_over_http_as_if_unknown(live: 
     assert outcome[1].replace(call_id, "ID") == stand_in[1].replace(unknown, "ID")  # nothing tells that it exists
 
 
+WRONG_TYPES = [  # (tool, arguments, the argument refused, what it should be)
+    ("retrieve_unified", {"message": "refund", "trace": "yes"}, "trace", "boolean"),
+    ("retrieve_unified", {"message": "refund", "infer_filters": 1}, "infer_filters", "boolean"),
+    ("retrieve_unified", {"message": "refund", "synthesize": "true"}, "synthesize", "boolean"),
+    ("retrieve_unified", {"message": "refund", "deadline_ms": "5000"}, "deadline_ms", "integer"),
+    ("retrieve_unified", {"message": "refund", "deadline_ms": 5000.0}, "deadline_ms", "integer"),
+    ("retrieve_unified", {"message": 5}, "message", "string"),
+    ("retrieve_unified", {"message": "refund", "fetch": '["doc-refund"]'}, "fetch", "list"),
+    ("retrieve_unified", {"message": "refund", "record": '{"id": "rec-jane"}'}, "record", "dictionary"),
+    ("feedback", {"call_id": "CALL", "rating": "5"}, "rating", "integer"),
+    ("feedback", {"call_id": "CALL", "rating": True}, "rating", "integer"),
+    ("feedback", {"call_id": 12, "rating": 5}, "call_id", "string"),
+    ("remember", {"record": {"id": "rec-jane"}, "text": 7}, "text", "string"),
+    ("add_document", {"markdown": "# T\n\nx", "tags": "office"}, "tags", "list"),
+]
+
+
+def test_tool_arguments_are_never_coerced(live: Live) -> None:
+    """docs/retrieve.md, Strictness: `"yes"`, `1` and `"true"` are no booleans, `"5000"` and `5.0` no integers,
+    a number no string and a string no list or object (not even one holding JSON); each is a tool error naming
+    the argument, as any invalid argument is, and a string holding JSON is a string."""
+    call_id = live.service.retrieve(principal("ana"), BRIEF).call_id
+
+    async def work(client: Client) -> Any:
+        refused = []
+        for tool, arguments, _, _ in WRONG_TYPES:
+            refused.append(await call(client, tool, {k: call_id if v == "CALL" else v for k, v in arguments.items()}))
+        json_text = {"mode": "scout", "message": '["refund", "window"]', "trace": True}
+        as_text = await call(client, "retrieve_unified", json_text)
+        rated = await call(client, "feedback", {"call_id": call_id, "rating": 5})
+        return refused, as_text, rated
+
+    refused, as_text, rated = over_http(live, "ana", work)
+    expected = [("error", f"Error executing tool {tool}: invalid arguments: {argument}: Input should be a valid {kind}")
+                for tool, _, argument, kind in WRONG_TYPES]  # fmt: skip
+    got = [(o[0], o[1][: len(e[1])]) if isinstance(o, tuple) else ("accepted", "") for o, e in zip(refused, expected)]
+    assert got == expected
+    assert as_text["mode"] == "scout" and as_text["trace"] is not None  # the JSON in a string is the message itself
+    assert rated == {"call_id": call_id, "rating": 5, "recorded": True}
+
+
 def test_mcp_over_http_without_a_key_is_401(live: Live) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     response = httpx.post(f"{live.url}/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
