@@ -244,3 +244,100 @@ def test_published_schemas_in_docs_match_the_code(which: str) -> None:
 
     published = Path(__file__).resolve().parents[1] / "docs" / "schemas" / f"{which}.schema.json"
     assert json.loads(published.read_text()) == cli.json_schemas(which), f"regenerate: dossier schema {which} > {published}"
+
+
+# -- data prints as it is ------------------------------------------------------------------------------
+MARKUP = "Jane said [bold]yes[/bold] to [/] and :smile:"  # rich markup (an error, a tag) and an emoji code
+
+
+def test_data_that_looks_like_markup_prints_as_it_is(tmp_path: Path, db: str) -> None:
+    data = bundle(org="acme[/]")
+    data["orgs"][0]["[/]"] = 1  # a field the load ignores, and names
+    data["memories"][0]["text"] = MARKUP
+    loaded = run("load", _write(tmp_path / "bundle.json", data), "--db", db)
+    assert loaded.exit_code == 0, loaded.output
+    assert "ignored fields of orgs: [/] (1)" in loaded.stdout
+    stats = run("stats", "--db", db)
+    assert stats.exit_code == 0, stats.output
+    assert "acme[/]" in stats.stdout
+    called = run("retrieve", "--org", "acme[/]", "--caller", "c-sales", "--email", "jane@acme.com",
+                 "-m", "What did Jane say?", "--db", db)  # fmt: skip
+    assert called.exit_code == 0, called.output
+    assert MARKUP in called.stdout
+
+
+# -- the trace in the human output -----------------------------------------------------------------------
+def test_retrieve_trace_prints_each_decision_and_the_withheld_counts(tmp_path: Path, db: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    ask = ["retrieve", "--org", "acme", "--caller", "c-sales", "--email", "jane@acme.com", "-m", "discounts?",
+           "--db", db]  # fmt: skip
+    response = json.loads(run(*ask, "--trace", "--json").stdout)
+    shown = run(*ask, "--trace")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    start = lines.index(f"trace: {len(response['trace'])} decision(s)")
+    assert response["trace"] and lines[start + 1 : start + 1 + len(response["trace"])] == [
+        f"    {t['source']} {t['id']} {t['layer']} {t['decision']} {t['reason'] or '-'} "
+        + ("-" if t["score"] is None else f"{t['score']:.3f}")
+        for t in response["trace"]
+    ]
+    withheld = response["withheld"].items()
+    counts = [f"{layer}: {reason} {n}" for layer, reasons in withheld for reason, n in reasons.items()]
+    assert lines[start + 1 + len(response["trace"])] == f"withheld: {'; '.join(counts) or 'none'}"
+    plain = run(*ask).stdout
+    assert "trace:" not in plain and "withheld:" not in plain
+
+
+# -- an empty record option ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("option", "field"), [("--email", "email"), ("--phone", "phone"), ("--website", "website"),
+                                               ("--profile-url", "profile_url"), ("--record-id", "id")])  # fmt: skip
+def test_an_empty_record_option_is_refused_not_dropped(tmp_path: Path, db: str, option: str, field: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    result = run("retrieve", "--org", "acme", "--caller", "c-sales", option, "", "-m", "discounts?", "--db", db)
+    assert result.exit_code == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: invalid request: record.{field}:"), line
+
+
+# -- output paths ----------------------------------------------------------------------------------------
+DATASET = Path(__file__).resolve().parents[1] / "examples" / "eval" / "sample-questions.json"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["calibrate", DATASET, "--json", "{tmp}/no/such/c.json", "--write"], "c.json (--json): there is no folder"),
+    (["eval", DATASET, "--json", "{tmp}/out"], "out (--json): it is a folder"),
+    (["eval", DATASET, "--html", "{tmp}/out"], "out (--html): it is a folder"),
+    (["demo", "--db", "{tmp}/out"], "out (--db): it is a folder"),
+], ids=["calibrate --json", "eval --json", "eval --html", "demo --db"])  # fmt: skip
+def test_an_output_path_that_cannot_be_written_fails_in_one_line_before_the_work(
+    tmp_path: Path, db: str, args: list[Any], says: str
+) -> None:
+    (tmp_path / "out").mkdir()
+    result = run(*(str(a).format(tmp=tmp_path) for a in args), *(["--db", db] if args[0] == "calibrate" else []))
+    assert result.exit_code == 2 and result.stdout == ""  # nothing ran, so nothing to show
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: cannot write {tmp_path}/") and says in line, line
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "out"] and not any((tmp_path / "out").iterdir())
+
+
+def test_a_demo_of_a_broken_bundle_leaves_no_store_behind(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    result = run("demo", "--bundle", broken, "--db", tmp_path / "demo.db")
+    assert result.exit_code == 2 and "broken.json is not valid JSON" in result.stderr
+    assert list(tmp_path.iterdir()) == [broken], "a failed demo left a store behind"
+
+
+# -- calibration's score distributions -------------------------------------------------------------------
+@pytest.mark.parametrize(("values", "expected"), [
+    ([0.5], (0.5, 0.5, 0.5, 0.5, 0.5)),
+    ([0.57, 0.39], (0.408, 0.435, 0.48, 0.525, 0.552)),
+    ([0.0, 0.1, 0.2, 0.3, 0.4], (0.04, 0.1, 0.2, 0.3, 0.36)),
+    ([0.3, 0.1, 0.2, 0.9], (0.13, 0.175, 0.25, 0.45, 0.72)),
+])  # fmt: skip
+def test_calibration_percentiles_interpolate_as_numpy_does(values: list[float], expected: tuple[float, ...]) -> None:
+    from dossier.evaluation.calibrate import _stats
+
+    stats = _stats(values)
+    assert stats == {"n": len(values), **dict(zip(("p10", "p25", "median", "p75", "p90"), expected))}
+    assert stats["p10"] <= stats["p25"] <= stats["median"] <= stats["p75"] <= stats["p90"]

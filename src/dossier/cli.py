@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 import dossier
 
@@ -34,9 +35,11 @@ PROGRESS_EVERY = 5.0
 
 
 def _console(*, stderr: bool) -> Console:
+    """A console for the CLI's output. Data (ids, names, texts, paths) is printed escaped or with markup off,
+    and never turns into emoji (``:smile:`` in a memory prints as it is)."""
     stream = sys.stderr if stderr else sys.stdout
     piped = not (hasattr(stream, "isatty") and stream.isatty())
-    return Console(stderr=stderr, width=PIPE_WIDTH if piped else None)
+    return Console(stderr=stderr, width=PIPE_WIDTH if piped else None, emoji=False)
 
 
 app = typer.Typer(
@@ -189,7 +192,7 @@ def _duration(seconds: float) -> str:
 def _print_report(report: LoadReport, *, where: str, to: Console = console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"loaded into {where} in {report.seconds:.2f} s", title_justify="left")
+    table = Table(title=f"loaded into {escape(where)} in {report.seconds:.2f} s", title_justify="left")
     for column in ("kind", "inserted", "updated", "unchanged"):
         table.add_column(column, justify="right" if column != "kind" else "left")
     kinds = ("orgs", "callers", "records", "memories", "documents", "edges")
@@ -198,7 +201,7 @@ def _print_report(report: LoadReport, *, where: str, to: Console = console) -> N
     to.print(table)
     to.print(f"embedded {report.embedded} text(s); inserted {report.total_inserted}, updated {report.total_updated}")
     for line in report.ignored_lines():
-        to.print(line, highlight=False)
+        to.print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -210,11 +213,16 @@ def load(file: Path = typer.Argument(..., help="A bundle (JSON)."), db: Optional
         with _errors(), dossier.open(_url(db)) as engine, _progress("embedding") as update:
             report = engine.load_bundle(file, progress=update)
     except typer.Exit:
-        if new:  # nothing of the bundle was stored (all or nothing): leave no empty store for a later command
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        if path is not None and new:  # nothing of the bundle was stored (all or nothing): leave no empty store
+            _remove_store(path)  # for a later command
         raise
     _print_report(report, where=redacted_url(_url(db)))
+
+
+def _remove_store(path: Path) -> None:
+    """Delete a SQLite store: its file and the journal files beside it, where there are any."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 @app.command("add-doc")
@@ -266,7 +274,7 @@ def _print_counts(store: Any, to: Console = console) -> None:
         table.add_column(kind, justify="right")
     for org in orgs:
         counts = store.counts(org=org)
-        table.add_row(org, *(str(counts[k]) for k in kinds))
+        table.add_row(escape(org), *(str(counts[k]) for k in kinds))
     to.print(table)
 
 
@@ -326,8 +334,10 @@ def retrieve(
                 raise UsageError(f"request is not valid JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise UsageError("request must be a JSON object")
+        # a record option given empty ("") goes into the request, whose validation refuses it: it never turns
+        # the call into one about no record
         ref = {k: v for k, v in (("email", email), ("phone", phone), ("website", website),
-                                 ("profile_url", profile_url), ("id", record_id)) if v}  # fmt: skip
+                                 ("profile_url", profile_url), ("id", record_id)) if v is not None}  # fmt: skip
         if ref:
             body["record"] = ref
         for key, value in (("message", message), ("mode", mode), ("depth", depth)):
@@ -377,7 +387,7 @@ def result(
     if as_json:
         print(synthesis.model_dump_json(indent=2))
     elif synthesis.pending:
-        console.print(f"call {call_id}: synthesis still running")
+        console.print(f"call {call_id}: synthesis still running", markup=False, highlight=False)
     elif synthesis.answer is None:
         console.print(f"call {call_id}: no answer ({synthesis.error})", markup=False, highlight=False)
     else:
@@ -437,6 +447,22 @@ def _read(path: Path) -> str:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def _writable(path: Path, option: str) -> None:
+    """A UsageError for an output path that cannot be a file (a folder, or in a folder that is not there),
+    raised before the work whose result it would hold, not after it."""
+    if path.is_dir():
+        raise UsageError(f"cannot write {path} ({option}): it is a folder; name a file")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write {path} ({option}): there is no folder {path.parent}")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 @app.command()
 def schema(which: str = typer.Argument("both", help="request | response | both | bundle | dataset")) -> None:
     """Print a JSON Schema: the retrieve request and response, a bundle, or an evaluation dataset."""
@@ -459,7 +485,7 @@ def json_schemas(which: str) -> dict:
     if which == "both":
         return {"request": makers["request"](), "response": makers["response"]()}
     if which not in makers:
-        err.print(f"error: unknown schema {which!r}; expected request, response, both, bundle or dataset")
+        err.print(f"error: unknown schema {which!r}; expected request, response, both, bundle or dataset", markup=False)
         raise typer.Exit(2)
     return makers[which]()
 
@@ -476,28 +502,34 @@ def demo(
     with _errors():
         if not bundle.is_file():
             raise UsageError(f"sample bundle not found at {bundle}; run from a clone of dossier or pass --bundle")
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
-        started = time.perf_counter()
-        with dossier.open(f"sqlite:///{db}") as engine:
-            with _progress("embedding") as update:
-                report = engine.load_bundle(bundle, progress=update)
-            for doc in sorted(EXAMPLES.glob("docs/*.md")) if bundle.parent == EXAMPLES else []:
-                report_md = engine.add_markdown(doc, org="northwind", doc_type="policy")
-                report.embedded += report_md.embedded
-                report.inserted["documents"] = report.inserted.get("documents", 0) + report_md.total_inserted
-            out = err if as_json else console
-            _print_report(report, where=str(db.resolve()), to=out)
-            _print_counts(engine.store, to=out)
-            out.print(f"demo store: {db.resolve()} (loaded in {time.perf_counter() - started:.2f} s)")
-            out.print(f"\n[bold]example call[/] as caller ana of northwind: {EXAMPLE_CALL}", highlight=False)
-            response = engine.retrieve(EXAMPLE_CALL, org="northwind", caller="ana")
-        if as_json:
-            print(response.model_dump_json(indent=2))
-        else:
-            render_response(console, response)
-            for line in explain(response):
-                console.print(line, markup=False, highlight=False, soft_wrap=True)
+        _writable(db, "--db")
+    _remove_store(db)
+    started = time.perf_counter()
+    try:
+        with _errors():
+            with dossier.open(f"sqlite:///{db}") as engine:
+                with _progress("embedding") as update:
+                    report = engine.load_bundle(bundle, progress=update)
+                for doc in sorted(EXAMPLES.glob("docs/*.md")) if bundle.parent == EXAMPLES else []:
+                    report_md = engine.add_markdown(doc, org="northwind", doc_type="policy")
+                    report.embedded += report_md.embedded
+                    report.inserted["documents"] = report.inserted.get("documents", 0) + report_md.total_inserted
+                out = err if as_json else console
+                _print_report(report, where=str(db.resolve()), to=out)
+                _print_counts(engine.store, to=out)
+                out.print(f"demo store: {db.resolve()} (loaded in {time.perf_counter() - started:.2f} s)", markup=False)
+                out.print(f"\n[bold]example call[/] as caller ana of northwind: {escape(str(EXAMPLE_CALL))}",
+                          highlight=False)  # fmt: skip
+                response = engine.retrieve(EXAMPLE_CALL, org="northwind", caller="ana")
+            if as_json:
+                print(response.model_dump_json(indent=2))
+            else:
+                render_response(console, response)
+                for line in explain(response):
+                    console.print(line, markup=False, highlight=False, soft_wrap=True)
+    except typer.Exit:  # as load: a failed demo (a broken bundle) leaves no empty or half-made store behind
+        _remove_store(db)
+        raise
 
 
 def explain(response: Any) -> list[str]:
@@ -549,9 +581,9 @@ def eval_(
     from .evaluation.runner import compare, evaluate
 
     with _errors():  # say so before the run, not after it
-        for out in (json_out, html_out):
-            if out is not None and not out.parent.is_dir():
-                raise UsageError(f"cannot write {out}: there is no folder {out.parent}")
+        for out, option in ((json_out, "--json"), (html_out, "--html")):
+            if out is not None:
+                _writable(out, option)
         earlier = None if against is None else _earlier_report(against)
         if html_out is not None:
             import importlib.util
@@ -566,19 +598,16 @@ def eval_(
         compare(report, earlier, label=str(against))
     render_eval(console, report)
     if json_out is not None:
-        json_out.write_text(json.dumps(report.as_dict(), indent=2, default=str), encoding="utf-8")
-        console.print(f"report written to {json_out}")
+        with _errors():
+            _write(json_out, json.dumps(report.as_dict(), indent=2, default=str))
+        console.print(f"report written to {json_out}", markup=False)
     if html_out is not None:
         from .evaluation.dataset import load_dataset
         from .evaluation.report_html import gold_items, render_html
 
         with _errors():
-            page = render_html(report, gold_total=gold_items(load_dataset(dataset)))
-            try:
-                html_out.write_text(page, encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"cannot write {html_out}: {exc.strerror or exc}") from None
-        console.print(f"HTML report written to {html_out}")
+            _write(html_out, render_html(report, gold_total=gold_items(load_dataset(dataset))))
+        console.print(f"HTML report written to {html_out}", markup=False)
     if report.leakage:
         raise typer.Exit(1)
 
@@ -618,6 +647,8 @@ def calibrate(
     from .evaluation.render import render_calibration
 
     with _errors():
+        if json_out is not None:  # say so before the scan, not after it
+            _writable(json_out, "--json")
         data = load_dataset(dataset)
         orgs = sorted({q.org for q in data.questions})
         with tempfile.TemporaryDirectory(prefix="dossier-calibrate-") as tmp, dossier.open(f"sqlite:///{tmp}/c.db") as engine:
@@ -626,7 +657,7 @@ def calibrate(
                 result = run_calibration(engine, data, orgs=orgs, progress=lambda name: status.update(f"scanning {name}"))
         render_calibration(console, result)
         if json_out is not None:
-            json_out.write_text(json.dumps(result.as_dict(), indent=2), encoding="utf-8")
+            _write(json_out, json.dumps(result.as_dict(), indent=2))
         if write:
             url = _url(db)  # a write: the store may be new (thresholds can be set before the data is loaded)
             fits = _fit_rankers(data, orgs)
@@ -636,8 +667,9 @@ def calibrate(
                     if fits[org].spec is not None:
                         own["rankers"] = {"sections": fits[org].spec}
                     target.save_org_settings(org, own)
-                    console.print(f"{org}: section ranker: {fits[org].reason}")
-            console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {redacted_url(url)}")
+                    console.print(f"{org}: section ranker: {fits[org].reason}", markup=False)
+            console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {redacted_url(url)}",
+                          markup=False)  # fmt: skip
 
 
 def _fit_rankers(data: "Dataset", orgs: list[str]) -> dict[str, "OrgFit"]:
@@ -700,7 +732,8 @@ def keys_list(org: Optional[str] = typer.Option(None, "--org", help="Only this o
     for column in ("id", "org", "caller", "name", "created", "revoked"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r.id, r.org, r.caller, r.name or "", _when(r.created_at), _when(r.revoked_at) if r.revoked_at else "")
+        table.add_row(*map(escape, (r.id, r.org, r.caller, r.name or "")), _when(r.created_at),
+                      _when(r.revoked_at) if r.revoked_at else "")  # fmt: skip
     console.print(table)
 
 
@@ -714,7 +747,7 @@ def keys_revoke(key_id: str = typer.Argument(..., help="The key's id (from 'keys
     url = _existing(db)
     with _errors(url), dossier.open(url) as engine:
         Service(engine).revoke_key(parts[0] if parts else key_id)
-    console.print(f"revoked {parts[0] if parts else key_id}")
+    console.print(f"revoked {parts[0] if parts else key_id}", markup=False)
 
 
 @app.command()
@@ -745,11 +778,11 @@ def usage(
         print(json.dumps({"org": org, "items": [{"item": u.item, "calls": u.calls, "charged": u.charged,
               "refunded": u.refunded, "net": u.net} for u in lines], "net": sum(u.net for u in lines)}, indent=2))  # fmt: skip
         return
-    table = Table(title=f"usage of {org}" + (f" since {since}" if since else ""), title_justify="left")
+    table = Table(title=f"usage of {escape(org)}" + (f" since {escape(since)}" if since else ""), title_justify="left")
     for column in ("item", "calls", "charged", "refunded", "net"):
         table.add_column(column, justify="left" if column == "item" else "right")
     for u in lines:
-        table.add_row(u.item, str(u.calls), str(u.charged), str(u.refunded), str(u.net))
+        table.add_row(escape(u.item), str(u.calls), str(u.charged), str(u.refunded), str(u.net))
     table.add_row("total", str(sum(u.calls for u in lines)), str(sum(u.charged for u in lines)),
                   str(sum(u.refunded for u in lines)), str(sum(u.net for u in lines)), style="bold")  # fmt: skip
     console.print(table)

@@ -9,7 +9,6 @@ distributions of gold and non-gold candidates per source show why.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -94,12 +93,17 @@ def distributions(report: EvalReport) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def _stats(values: list[float]) -> dict[str, float]:
+    """Count and percentiles of ``values``, each interpolated linearly between the two nearest ranks (numpy's
+    default rule, which gives the median as ``statistics.median`` does), so they never go down as p goes up."""
     ordered = sorted(values)
 
     def q(p: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1)))], 3)
+        at = p * (len(ordered) - 1)
+        low = int(at)
+        high = min(low + 1, len(ordered) - 1)
+        return round(ordered[low] + (ordered[high] - ordered[low]) * (at - low), 3)
 
-    return {"n": len(values), "p10": q(0.1), "p25": q(0.25), "median": round(statistics.median(values), 3), "p75": q(0.75), "p90": q(0.9)}
+    return {"n": len(values), "p10": q(0.1), "p25": q(0.25), "median": q(0.5), "p75": q(0.75), "p90": q(0.9)}
 
 
 def calibrate(engine: Engine, dataset: Dataset, *, orgs: list[str], progress: Callable[[str], None] | None = None) -> Calibration:
