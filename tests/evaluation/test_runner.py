@@ -83,6 +83,18 @@ def test_eval_cli_prints_tables_and_writes_json(tmp_path: Path) -> None:
     assert report["questions"] == 12 and len(report["per_question"]) == 12 and report["leakage"] == 0
 
 
+def test_eval_cli_prints_names_that_look_like_markup_as_they_are(tmp_path: Path) -> None:
+    small = json.loads(DATASET.read_text())
+    small["bundle"] = str(DATASET.parent / small["bundle"])
+    small["name"] = "set [/] [bold]x[/bold]"
+    small["questions"] = [{**q, "category": "odd[/]"} for q in small["questions"][:3]]
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(small))
+    result = CliRunner().invoke(app, ["eval", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "set [/] [bold]x[/bold]" in result.stdout and "odd[/]" in result.stdout
+
+
 def test_eval_cli_rejects_a_broken_dataset(tmp_path: Path) -> None:
     path = tmp_path / "broken.json"
     path.write_text(json.dumps({"bundle": {}, "questions": [{"id": "q", "org": "o"}]}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .calibrate import Calibration
@@ -20,13 +21,13 @@ def _fmt(value: float | None) -> str:
 
 
 def render_eval(console: Console, report: EvalReport) -> None:
-    table = Table(title=f"{report.dataset}: {report.questions} questions on {report.store}", title_justify="left")
+    table = Table(title=escape(f"{report.dataset}: {report.questions} questions on {report.store}"), title_justify="left")
     table.add_column("category")
     table.add_column("n", justify="right")
     for metric in METRICS:
         table.add_column(SHORT[metric], justify="right")
     for category, values in report.by_category.items():
-        table.add_row(category, str(report.counts[category]), *(_fmt(values[m]) for m in METRICS))
+        table.add_row(escape(category), str(report.counts[category]), *(_fmt(values[m]) for m in METRICS))
     table.add_row("[bold]overall[/]", str(report.questions), *(f"[bold]{_fmt(report.overall[m])}[/]" for m in METRICS))
     console.width = max(console.width, 140)
     console.print(table)
@@ -35,7 +36,7 @@ def render_eval(console: Console, report: EvalReport) -> None:
         console.print("95% intervals (questions resampled): " + ", ".join(
             f"{SHORT[m]} {low:.3f}-{high:.3f}" for m, (low, high) in shown), highlight=False)  # fmt: skip
     if report.against:
-        against = Table(title=f"against {report.against_file}, question by question (the questions both hold)",
+        against = Table(title=escape(f"against {report.against_file}, question by question (the questions both hold)"),
                         title_justify="left")  # fmt: skip
         for column in ("metric", "questions", "before", "after", "difference", "95% interval", "better", "worse"):
             against.add_column(column, justify="left" if column == "metric" else "right")
@@ -48,17 +49,17 @@ def render_eval(console: Console, report: EvalReport) -> None:
                       "tell from noise", highlight=False)
     elif report.against_file:  # said, not left out: a report of another set shares no question with this one
         console.print(f"against {report.against_file}: no question in common with this run (a report of another "
-                      f"set?): nothing to compare", highlight=False)  # fmt: skip
+                      f"set?): nothing to compare", markup=False, highlight=False)  # fmt: skip
     leak_style = "green" if report.leakage == 0 else "bold red"
     console.print(
         f"leakage: [{leak_style}]{report.leakage}[/]   latency p50 {report.latency_ms['p50']:.1f} ms, "
         f"p95 {report.latency_ms['p95']:.1f} ms   model calls {report.model_calls}, tokens {report.tokens}"
     )
     for leak in report.leaked:
-        console.print(f"  [red]leaked[/] {leak}", highlight=False)
+        console.print(f"  [red]leaked[/] {escape(str(leak))}", highlight=False)
     for source, used in report.rankers.items():
         ran = ", ".join(f"{name} ({n} calls)" for name, n in sorted(used.items()))
-        console.print(f"{source} ranker: {ran}", highlight=False)
+        console.print(f"{source} ranker: {ran}", markup=False, highlight=False)
     if report.model_by_layer:
         cost = Table(title="model cost per layer (all questions)", title_justify="left")
         for column in ("layer", "calls", "errors", "prompt tokens", "cached", "completion tokens", "per question"):
@@ -80,12 +81,12 @@ def render_eval(console: Console, report: EvalReport) -> None:
         losses.add_column("layer: reason")
         losses.add_column("gold items", justify="right")
         for key, count in report.losses.items():
-            losses.add_row(key, str(count))
+            losses.add_row(escape(key), str(count))
         console.print(losses)
 
 
 def render_calibration(console: Console, calibration: Calibration) -> None:
-    table = Table(title=f"thresholds for {calibration.model}", title_justify="left")
+    table = Table(title=escape(f"thresholds for {calibration.model}"), title_justify="left")
     for column in ("threshold", "current", "recommended", "objective", "quality by value"):
         table.add_column(column, justify="left" if column in ("threshold", "objective", "quality by value") else "right")
     for scan in calibration.scans:
