@@ -142,6 +142,33 @@ def test_add_doc_loads_markdown_with_its_options(tmp_path: Path, db: str) -> Non
     assert "embedded 0 text(s); inserted 0, updated 0" in run(*args).stdout
 
 
+def test_re_adding_a_restricted_document_without_its_roles_does_not_widen_it(tmp_path: Path, db: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    path = tmp_path / "salary.md"
+    path.write_text("# Salary Bands\n\n## Bands\n\nL5 is 180k.\n")
+
+    def roles() -> tuple[str, ...] | None:
+        store = SQLiteStore(db[len("sqlite:///") :])
+        try:
+            [doc] = store.get_documents(["salary-bands"], org="acme")
+            return doc.visible_to_roles
+        finally:
+            store.close()
+
+    assert run("add-doc", path, "--org", "acme", "--roles", "finance", "--db", db).exit_code == 0
+    path.write_text("# Salary Bands\n\n## Bands\n\nL5 is 185k.\n")
+    refused = run("add-doc", path, "--org", "acme", "--db", db)
+    assert refused.exit_code == 2
+    [line] = refused.stderr.splitlines()
+    assert "--roles finance" in line and "--org-wide" in line
+    assert roles() == ("finance",)
+    assert run("add-doc", path, "--org", "acme", "--roles", "finance", "--db", db).exit_code == 0
+    assert roles() == ("finance",)
+    assert run("add-doc", path, "--org", "acme", "--roles", "finance", "--org-wide", "--db", db).exit_code == 2
+    assert run("add-doc", path, "--org", "acme", "--org-wide", "--db", db).exit_code == 0
+    assert roles() is None
+
+
 def test_a_load_that_fails_into_a_new_store_leaves_no_store_behind(tmp_path: Path, db: str) -> None:
     broken = bundle()
     broken["memories"][0]["record"] = "r-ghost"

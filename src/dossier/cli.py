@@ -234,20 +234,40 @@ def add_doc(
     doc_type: str = typer.Option("guideline", "--type", help="Document type, e.g. guideline, policy, playbook."),
     tags: str = typer.Option("", "--tags", show_default=False, help="Comma-separated tags (default: none)."),
     roles: Optional[str] = typer.Option(None, "--roles", help="Comma-separated roles that may see it (default: whole org)."),
+    org_wide: bool = typer.Option(False, "--org-wide", help="Let the whole org see it, also where it replaces a "
+                                  "document only some roles may see (without --roles that is refused)."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
     """Load a markdown document, split into sections at its headings."""
     split = lambda text: [t.strip() for t in text.split(",") if t.strip()]  # noqa: E731
     url = _existing(db)  # a document needs its org, loaded first: a store that is not there is a typo
-    if roles is not None and not split(roles):  # an empty list would hide it from every caller
-        with _errors():
+    with _errors():
+        if roles is not None and not split(roles):  # an empty list would hide it from every caller
             raise UsageError("--roles names no role: leave it out for the whole org, or list the roles that may see it")
+        if roles is not None and org_wide:
+            raise UsageError("--roles and --org-wide say different things: give one of them")
     with _errors(url), dossier.open(url) as engine, _progress("embedding") as update:
+        if roles is None and not org_wide:
+            _keeps_its_audience(engine, file, org=org, title=title, doc_id=doc_id)
         report = engine.add_markdown(
             file, org=org, title=title, doc_id=doc_id, doc_type=doc_type, tags=split(tags),
             visible_to_roles=None if roles is None else split(roles), progress=update,
         )  # fmt: skip
     _print_report(report, where=redacted_url(url))
+
+
+def _keeps_its_audience(engine: Any, file: Path, *, org: str, title: str | None, doc_id: str | None) -> None:
+    """Refuse to show the whole org a document that replaces one only some roles may see, unless asked to
+    (``--org-wide``): re-adding an edited file without repeating its ``--roles`` would otherwise widen it."""
+    from .loading import document_from_markdown
+
+    made = document_from_markdown(_read(file), org=org, title=title, doc_id=doc_id)
+    for existing in engine.store.get_documents([made.id], org=org):
+        if existing.visible_to_roles is not None:
+            kept = ",".join(existing.visible_to_roles)
+            raise UsageError(f"document {made.id!r} may be seen by {kept or 'no role'} only, and without --roles this "
+                             f"would show it to the whole org: give --roles {kept or 'ROLES'} to keep that, or "
+                             "--org-wide to widen it")  # fmt: skip
 
 
 @app.command()
@@ -445,6 +465,8 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
 def _writable(path: Path, option: str) -> None:
