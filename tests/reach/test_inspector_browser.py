@@ -244,3 +244,32 @@ def test_a_tombstone_shows_as_one(browser: Any, served: Served) -> None:
              for c in browser.find_elements("css selector", "#sources .card")}  # fmt: skip
     per_source: defaultdict[str, str] = defaultdict(str, cards)
     assert per_source["memories"] in ("empty", "skipped") and per_source["properties"] in ("empty", "skipped")
+
+
+def test_fetch_and_the_next_page_of_a_call_that_did_not_fit(browser: Any, served: Served) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(f"{served.url}/inspect")
+    key = browser.find_element("id", "key")
+    key.clear()
+    key.send_keys(served.keys["ana"])
+    Select(browser.find_element("id", "mode")).select_by_value("fetch")
+    browser.find_element("id", "fetch").send_keys("doc-refund")
+    budget = browser.find_element("id", "budget")
+    budget.clear()
+    budget.send_keys("600")
+    browser.find_element("id", "run").click()
+    wait_done(browser)
+    expected = api_response(served, "ana", {"fetch": ["doc-refund"], "budget": {"totalTokens": 600}})
+    shown = browser.find_element("id", "items").text
+    assert expected["sources"]["documents"]["items"] and expected["continuation"]
+    for item in expected["sources"]["documents"]["items"]:
+        assert item["section_id"] in shown
+    pages = 0
+    while browser.find_elements("id", "next-page"):  # every page of the session, through the page's button
+        browser.find_element("id", "next-page").click()
+        wait_done(browser)
+        assert "expand" in browser.find_element("id", "summary").text
+        pages += 1
+        assert pages < 20
+    assert pages >= 1

@@ -134,7 +134,24 @@ function request() {
   if (message) body.message = message;
   const budget = Number($("budget").value);
   if ($("budget").value !== "") body.budget = { totalTokens: Number.isInteger(budget) ? budget : $("budget").value };
+  const fetch = list("fetch");
+  if (fetch.length) body.fetch = fetch;
+  const tags = list("tags");
+  if (tags.length) body.filters = { tags };
+  const continuation = $("continuation").value.trim();
+  if (continuation) body.continuation = continuation;
   return body;
+}
+
+// The comma-separated entries of an input, trimmed, the empty ones left out.
+const list = (id) => $(id).value.split(",").map((part) => part.trim()).filter(Boolean);
+
+// The next page of a call that did not fit: an expand call with its continuation (and the same budget).
+function nextPage(continuation) {
+  for (const id of ["record-value", "fetch", "tags"]) $(id).value = "";
+  $("continuation").value = continuation;
+  $("mode").value = "expand";
+  $("call-form").requestSubmit();
 }
 
 async function retrieve(event) {
@@ -153,6 +170,8 @@ async function retrieve(event) {
 
 function renderResponse(r) {
   const link = el("a", { href: `?call=${encodeURIComponent(r.call_id)}` }, "open this call later");
+  const next = el("button", { type: "button", id: "next-page" }, "Next page");
+  next.addEventListener("click", () => nextPage(r.continuation));
   show("summary",
     el("h2", null, "Call"),
     dl([
@@ -161,6 +180,7 @@ function renderResponse(r) {
       ["partial", r.partial ? badge("partial: something degraded", "flag") : "no"],
       ["continuation", r.continuation],
     ]),
+    r.continuation ? el("p", null, next) : null,
     el("p", { class: "note" }, link, " (its audited shape, and a deferred answer)"));
   renderRecord(r.record, (r.route || {}).resolve);
   renderSources(r);
