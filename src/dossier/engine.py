@@ -171,9 +171,11 @@ class Engine:
         )  # fmt: skip
 
     # -- loading -----------------------------------------------------------------------------------
-    def load_bundle(self, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None) -> LoadReport:
-        """Load a bundle (path, parsed dict or :class:`Bundle`). All of it is stored, or nothing."""
-        return load_bundle(self.store, self.embedder, source, progress=progress)
+    def load_bundle(self, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None,
+                    before_write: Callable[[], None] | None = None) -> LoadReport:  # fmt: skip
+        """Load a bundle (path, parsed dict or :class:`Bundle`). All of it is stored, or nothing.
+        ``before_write`` runs once it passed every check, before anything is embedded or written."""
+        return load_bundle(self.store, self.embedder, source, progress=progress, before_write=before_write)
 
     def add_document(self, document: Document, *, progress: Progress | None = None) -> LoadReport:
         """Load one document (its org must exist)."""

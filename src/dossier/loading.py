@@ -429,7 +429,8 @@ STAGED_IN_MEMORY = 20_000  # vectors a load keeps in memory before the rest wait
 
 
 def load_bundle(
-    store: Store, embedder: Embedder, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None
+    store: Store, embedder: Embedder, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None,
+    before_write: Callable[[], None] | None = None,
 ) -> LoadReport:
     """Load a bundle in three reads of its source, holding one chunk of items at a time:
 
@@ -439,7 +440,9 @@ def load_bundle(
        the vectors wait on disk once there are many (``_Staged``);
     3. write: the changed items and the new vectors, streamed into one transaction (all or nothing).
 
-    ``progress(done, total)`` follows step 2: texts of changed items done, of ``total``.
+    ``progress(done, total)`` follows step 2: texts of changed items done, of ``total``. ``before_write`` runs
+    once the bundle passed every check, before anything is embedded or written; what it raises refuses the
+    load (the service's permission checks, so that a broken write is told it is broken before anything else).
     """
     started = time.perf_counter()
     bundle = BundleSource(source)
@@ -464,6 +467,8 @@ def load_bundle(
     problems = scan.reference_problems()
     if problems:
         raise BundleError(problems)
+    if before_write is not None:
+        before_write()
     with _Staged() as staged:
         report.embedded = _embed(store, embedder, bundle, scan, staged, progress)
         if any(any(bits) for bits in scan.changed.values()) or len(staged):

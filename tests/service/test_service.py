@@ -230,6 +230,15 @@ def test_documents_are_added_in_the_org_and_hidden_ones_cannot_be_replaced(servi
     for hidden in ("doc-sys-crm-fields", "doc-note-george"):  # a system document; a note about a record pending deletion
         with pytest.raises(Forbidden, match="may not see"):
             service.add_documents(principal("ana"), [{"id": hidden, "title": "Mine now", "markdown": "## x\ny"}])
+    # a write that is broken anyway is told so first, the same way whether a hidden document has the id or none
+    broken = {"id": "probe-2", "title": "x", "markdown": "# x\n\ny", "attached_record": "rec-nobody"}
+    answers = []
+    for probe in ("doc-commission", "doc-no-such-document"):
+        with pytest.raises(dossier.BundleError) as caught:
+            service.add_documents(principal("ana"), [{"id": probe, "title": "x", "markdown": "# x\n\ny"}, broken])
+        answers.append(str(caught.value))
+    assert answers[0] == answers[1] and "rec-nobody" in answers[0]
+    assert service.engine.store.get_documents(["doc-no-such-document"], org="northwind") == []
     service.add_documents(principal("admin"), [{"id": "doc-sys-crm-fields", "title": "CRM fields", "markdown": "## x\ny"}])
     with pytest.raises(Forbidden):
         service.add_documents(principal("ana"), [{"org": "southwind", "title": "T", "markdown": "## x\ny"}])
