@@ -123,3 +123,31 @@ def test_free_mail_and_shared_hosts_name_no_company() -> None:
     assert email_domain("jane@sales.acme.co.uk") == "acme.co.uk"
     assert normalize_website("https://acme.github.io/team") == "acme.github.io"
     assert normalize_website("https://blog.acme.com") == "acme.com"
+
+
+def test_a_merged_away_record_pending_deletion_is_hidden_with_everything_merged_into_it(fresh_engine: dossier.Engine) -> None:
+    def record(rid: str, email: str, **extra) -> dict:  # type: ignore[no-untyped-def, type-arg]
+        return {"id": rid, "org": "northwind", "kind": "contact", "identifiers": {"email": email}, **extra}
+
+    fresh_engine.load_bundle({
+        "records": [record("rec-pd-s", "s@pd-example.com"),
+                    record("rec-pd-p", "p@pd-example.com", merged_into="rec-pd-s", pending_deletion=True),
+                    record("rec-pd-a", "a@pd-example.com", merged_into="rec-pd-p"),
+                    record("rec-pd-b", "b@pd-example.com", merged_into="rec-pd-s")],
+        "memories": [{"id": f"mem-pd-{r}", "org": "northwind", "record": f"rec-pd-{r}", "created_at": "2026-01-02T00:00:00Z",
+                      "text": f"{r} asked about a pricing discount for the renewal."} for r in ("p", "a", "b")],
+        "documents": [{"id": "doc-note-pd-p", "org": "northwind", "title": "Notes on P", "doc_type": "note",
+                       "attached_record": "rec-pd-p",
+                       "sections": [{"id": "doc-note-pd-p-1", "heading": "Pricing", "text": "P was offered 40% off."}]}],
+    })  # fmt: skip
+    question = "What pricing discount did they ask about?"
+    survivor = ask(fresh_engine, {"email": "s@pd-example.com"}, question)
+    assert survivor.record is not None and survivor.record.merged_from == ["rec-pd-b"]
+    returned = all_ids(survivor)
+    assert "mem-pd-b" in returned and not {"mem-pd-p", "mem-pd-a", "doc-note-pd-p-1"} & returned
+    fetched = fresh_engine.retrieve({"fetch": ["doc-note-pd-p"], "record": {"id": "rec-pd-s"}}, org="northwind", caller="ana")
+    assert not fetched.sources["documents"].items
+    for email in ("p@pd-example.com", "a@pd-example.com"):  # the record pending deletion, or one merged into it
+        response = ask(fresh_engine, {"email": email}, question)
+        assert response.record is not None and response.record.tombstone and response.record.id == "rec-pd-p", email
+        assert not {"mem-pd-p", "mem-pd-a", "mem-pd-b", "doc-note-pd-p-1"} & all_ids(response)

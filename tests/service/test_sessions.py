@@ -129,3 +129,13 @@ def test_an_expand_call_without_a_continuation_says_it_is_missing(sample: dossie
     with pytest.raises(InvalidRequest, match="continuation is missing") as caught:
         sample.retrieve({"mode": "expand"}, org="northwind", caller="ana")
     assert caught.value.field == "continuation"
+
+
+def test_a_merged_away_record_marked_pending_deletion_after_the_first_page_is_not_paged_into(sample: dossier.Engine) -> None:
+    first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 600}}, org="northwind", caller="ana")
+    assert first.continuation and first.record is not None and "rec-jane-old" in first.record.merged_from
+    old = sample.store.get_records(["rec-jane-old"], org="northwind")[0]
+    sample.load_bundle({"records": [{**old.model_dump(mode="json"), "pending_deletion": True}]})
+    rest = pages(sample, first, budget={"totalTokens": 50_000})
+    assert rest and all(p.record is not None and "rec-jane-old" not in p.record.merged_from for p in rest)
+    assert not any(m.record_id == "rec-jane-old" for p in rest for m in p.sources["memories"].items)

@@ -7,6 +7,7 @@ from typing import cast
 from ..bundle import Record
 from ..identifiers import IdentifierKind, email_domain
 from ..pipeline.call import Call, Resolution, public_error
+from ..stores.base import Store
 
 MAX_MERGE_CHAIN = 20
 IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "contact", "website": "company"}
@@ -37,7 +38,7 @@ def resolve(call: Call) -> None:
         call.resolution = Resolution(record=record, tombstone=True)
         call.decide("resolve", detail={"tombstone": True})
         return
-    resolution = Resolution(record=record, merged_from=store.merged_from(record.id, org=org))
+    resolution = Resolution(record=record, merged_from=live_merged_from(store, record.id, org=org))
     try:
         resolution.aliases = _aliases(call, record, exclude={record.id, *resolution.merged_from})
     except Exception as exc:  # noqa: BLE001 - a failed alias lookup is reported, not fatal
@@ -45,6 +46,27 @@ def resolve(call: Call) -> None:
         call.decide("resolve", fallback_reason="alias_error", detail={"alias_error": error})
         call.degrade("resolve", error)
     call.resolution = resolution
+
+
+def live_merged_from(store: Store, record_id: str, *, org: str) -> list[str]:
+    """The records merged into ``record_id``, directly or not, whose data reaches it through records that are
+    not pending deletion: a record pending deletion is hidden with everything attached to it, what was merged
+    into it included, also once it was itself merged into another."""
+    ids = store.merged_from(record_id, org=org)
+    if not ids:
+        return []
+    rows = {r.id: r for r in store.get_records(ids, org=org)}
+
+    def reaches(start: str) -> bool:
+        row, seen = rows.get(start), set()
+        while row is not None and row.id not in seen and not row.pending_deletion:
+            if row.merged_into == record_id:
+                return True
+            seen.add(row.id)
+            row = rows.get(row.merged_into or "")
+        return False
+
+    return [i for i in ids if reaches(i)]
 
 
 def _follow_merges(call: Call, record: Record) -> Record:
@@ -59,7 +81,8 @@ def _follow_merges(call: Call, record: Record) -> Record:
 def _survivor(call: Call, record: Record) -> tuple[Record, list[str], bool]:
     """The record ``record`` was merged into, directly or not; the chain of ids; whether the chain broke."""
     chain = [record.id]
-    while record.merged_into and len(chain) <= MAX_MERGE_CHAIN:
+    # a record pending deletion ends the chain: it resolves to its tombstone, whatever it was merged into
+    while record.merged_into and not record.pending_deletion and len(chain) <= MAX_MERGE_CHAIN:
         survivors = call.store.get_records([record.merged_into], org=call.org)
         if not survivors or survivors[0].id in chain:
             return record, chain, True

@@ -34,6 +34,7 @@ from ..schema import SOURCE_NAMES, Item, SourceName, item_key
 from ..stores.service_base import Session
 from ..pipeline.call import Call, Resolution, Restored, public_error
 from .plan import infer_mode
+from .resolve import live_merged_from
 
 _ITEM: TypeAdapter[Any] = TypeAdapter(Item)
 
@@ -185,5 +186,6 @@ def _resolution(call: Call, state: dict) -> Resolution:
     if record.pending_deletion:
         return Resolution(record=record, tombstone=True)
     aliases = [fresh[a] for a in state.get("aliases", []) if a in fresh and not fresh[a].pending_deletion]
-    merged = [m for m in state.get("merged_from", []) if m in fresh]
+    live = set(live_merged_from(call.store, record.id, org=call.org))  # one pending deletion since is hidden now
+    merged = [m for m in state.get("merged_from", []) if m in fresh and m in live]
     return Resolution(record=record, aliases=aliases, merged_from=merged)
