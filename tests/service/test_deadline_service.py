@@ -125,11 +125,12 @@ def test_an_answer_after_the_deadline_is_fetched_by_call_id(live: Live, model: S
     assert seconds < 2.5 + 1 and body["synthesis"]["answer"] is None and body["synthesis"]["pending"] is True
     with httpx.Client(base_url=live.url, timeout=2 * SLOW) as http:
         done = http.get(f"/v1/calls/{body['call_id']}", params={"wait": SLOW / 2}, headers=live.auth("ana")).json()
-        other = http.get(f"/v1/calls/{body['call_id']}", headers=live.auth("ben")).json()  # same org, another caller
+        other = http.get(f"/v1/calls/{body['call_id']}", headers=live.auth("ben"))  # same org, another caller: unknown
+        org_admin = http.get(f"/v1/calls/{body['call_id']}", headers=live.auth("admin")).json()  # the shape, not the answer
     assert done["synthesis"]["answer"] == "Up to 15% [D1]." and not done["synthesis"]["pending"]
     shape = done["summary"]["shape"]
     assert shape["synthesis_background"] is True and shape["deadline_missed"] == ["synthesize"] and shape["deadline_ms"] == 2500
-    assert other["synthesis"] is None
+    assert other.status_code == 404 and org_admin["synthesis"] is None and org_admin["summary"]["caller"] == "ana"
 
 
 # -- MCP -------------------------------------------------------------------------------------------------
