@@ -120,8 +120,12 @@ CREATE INDEX memories_fts_tsv ON memories_fts USING gin (tsv);
 CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv, length);
 CREATE INDEX sections_fts_tsv ON sections_fts USING gin (tsv);
 CREATE INDEX sections_fts_document ON sections_fts (org, document);
-DELETE FROM dossier_schema WHERE version = 5;
-"""  # the full-text tables as version 4 had them: one table each for every org
+DROP INDEX records_email;
+DROP INDEX records_profile;
+CREATE INDEX records_email ON records (org, email) WHERE email IS NOT NULL;
+CREATE INDEX records_profile ON records (org, profile_url) WHERE profile_url IS NOT NULL;
+DELETE FROM dossier_schema WHERE version IN (5, 6);
+"""  # the full-text tables and record indexes as version 4 had them: one table each for every org
 
 
 def test_an_older_database_is_migrated_in_place_and_ranks_as_a_new_one(pg_url: str, embedder: Any) -> None:
@@ -181,6 +185,32 @@ def test_migration_5_gives_each_org_its_own_full_text_partitions_and_the_same_an
             conn.execute("SELECT set_config('dossier.org', 'gamma', false)")
             suffix = conn.execute("SELECT name FROM text_partitions WHERE org = 'gamma'").fetchone()[0]  # type: ignore[index]
             assert conn.execute(f"SELECT id FROM memories_fts_{suffix}").fetchall() == [("g-m",)]
+    finally:
+        store.close()
+
+
+def test_long_memories_and_identifiers_of_many_bytes_are_stored_and_found(pg_url: str, embedder: Any) -> None:
+    """A B-tree entry holds at most 2,704 bytes: a long memory's tsvector is kept out of the record index, and
+    emails and profile URLs are found through hash indexes (schema version 6). Before, such a write failed."""
+    store = PostgresStore(pg_url)
+    try:
+        write_world(store, embedder)
+        words = " ".join(f"clause{n} covers the renewal pricing of contract line {n}" for n in range(700))  # ~40k characters
+        long_url = "linkedin.com/in/" + "名" * 2000
+        at = datetime(2025, 1, 1, tzinfo=timezone.utc)
+        store.write(WriteBatch(
+            memories=[(Memory(id="m-long", org="acme", record="r-jane", text=words, created_at=at), "h1"),
+                      (Memory(id="m-mid", org="acme", record="r-jane", text=words[:3000] + " zebra", created_at=at), "h2")],
+        ))  # fmt: skip
+        found = store.search_text("memory", "clause699 renewal", org="acme", parents=["r-jane"], limit=5)
+        assert [h.id for h in found][:1] == ["m-long"]
+        assert "m-mid" in [h.id for h in store.search_text("memory", "zebra", org="acme", parents=["r-jane"], limit=5)]
+        assert "m-long" in [h.id for h in store.search_text("memory", "clause699", org="acme", limit=5)]
+        [jane] = store.get_records(["r-jane"], org="acme")
+        ids = jane.identifiers.model_copy(update={"profile_url": long_url, "email": "ü" * 1000 + "@acme.com"})
+        store.write(WriteBatch(records=[(jane.model_copy(update={"identifiers": ids}), "h3")]))
+        assert [r.id for r in store.find_records("profile_url", long_url, org="acme")] == ["r-jane"]
+        assert [r.id for r in store.find_records("email", "ü" * 1000 + "@acme.com", org="acme")] == ["r-jane"]
     finally:
         store.close()
 

@@ -123,6 +123,11 @@ class TextSearch:
         # fences the filter off, or the planner intersects with a GIN scan of every row holding a common word)
         fts = f"{table}_fts" if parents is None else f"(SELECT * FROM {table}_fts WHERE {scope} OFFSET 0) p"
         fts_params = [] if parents is None else scope_params
+        if parents is not None and kind == "memory":  # the record index covers the rows that fit it (not ``wide``),
+            # a second one the long memories (schema version 6)
+            fts = (f"((SELECT * FROM {table}_fts WHERE {scope} AND NOT wide OFFSET 0) UNION ALL "
+                   f"(SELECT * FROM {table}_fts WHERE {scope} AND wide OFFSET 0)) p")  # fmt: skip
+            fts_params = [*scope_params, *scope_params]
         cap = self.cap if parents is None else 2**31 - 1  # a few parents' rows are all ranked
         # hits leave the store only if the content table (row-level security) agrees they are the org's
         visible = f"WHERE EXISTS (SELECT 1 FROM {table} c WHERE c.org = %b AND c.id = r.id) ORDER BY score DESC, id"

@@ -203,7 +203,25 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE memories_fts_v4;
     DROP TABLE sections_fts_v4;
     """,
+    # 6: what a B-tree entry cannot hold (at most 2,704 bytes): a long memory's tsvector is covered by an index of
+    # its own that leaves it out (``wide``), and emails and profile URLs (up to 2,048 characters, up to four bytes
+    # each) are found through hash indexes, which hold a value's hash alone
+    """
+    ALTER TABLE memories_fts ADD COLUMN wide boolean NOT NULL DEFAULT false;
+    DROP INDEX memories_fts_record;
+    CREATE INDEX memories_fts_record ON memories_fts (org, record) INCLUDE (id, tsv, length) WHERE NOT wide;
+    CREATE INDEX memories_fts_record_wide ON memories_fts (org, record) INCLUDE (id, length) WHERE wide;
+    DROP INDEX records_email;
+    DROP INDEX records_profile;
+    CREATE INDEX records_email ON records USING hash (email) WHERE email IS NOT NULL;
+    CREATE INDEX records_profile ON records USING hash (profile_url) WHERE profile_url IS NOT NULL;
+    """,
 )
+
+#: A memory's full-text row is ``wide`` when its tsvector and keys would not fit one entry of the record index
+#: (B-tree entries hold at most 2,704 bytes; the keys themselves take at most 2,400 of them, 200 characters
+#: of up to four bytes each).
+MEMORY_WIDE = "pg_column_size(tsv) + octet_length(org) + octet_length(record) + octet_length(id) > 2400"
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

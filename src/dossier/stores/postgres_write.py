@@ -15,7 +15,7 @@ import psycopg
 from ..bundle import Document, Memory, Record, has_value
 from ..identifiers import email_domain
 from .base import WriteBatch, property_key, require_org
-from .postgres_schema import MEMORY_LENGTH, MEMORY_TSV, SECTION_LENGTH, SECTION_TSV
+from .postgres_schema import MEMORY_LENGTH, MEMORY_TSV, MEMORY_WIDE, SECTION_LENGTH, SECTION_TSV
 
 
 def group_by_org(batch: WriteBatch) -> dict[str, dict[str, list]]:
@@ -108,9 +108,11 @@ def _write_memories(cur: psycopg.Cursor, org: str, memories: list[tuple[Memory, 
         [(m.org, m.id, m.record, m.text, m.created_at, digest) for m, digest in memories],
     )
     cur.execute(
-        f"INSERT INTO memories_fts (org, id, record, tsv, length) SELECT org, id, record, {MEMORY_TSV}, {MEMORY_LENGTH} "
-        "FROM memories WHERE org = %b AND id = ANY(%b::text[]) "
-        "ON CONFLICT (org, id) DO UPDATE SET record = excluded.record, tsv = excluded.tsv, length = excluded.length",
+        f"INSERT INTO memories_fts (org, id, record, tsv, length, wide) SELECT org, id, record, tsv, length, {MEMORY_WIDE} "
+        f"FROM (SELECT org, id, record, {MEMORY_TSV} AS tsv, {MEMORY_LENGTH} AS length "
+        "FROM memories WHERE org = %b AND id = ANY(%b::text[])) m "
+        "ON CONFLICT (org, id) DO UPDATE SET record = excluded.record, tsv = excluded.tsv, length = excluded.length, "
+        "wide = excluded.wide",
         [org, [m.id for m, _ in memories]],
     )
     # a memory moved to another record takes its vector along
