@@ -364,3 +364,11 @@ def test_a_date_is_never_made_of_a_number(engine: dossier.Engine, value: Any) ->
     [problem] = _problems(engine, data)
     assert problem.item_id == data["memories"][0]["id"] and "ISO 8601 string" in str(problem)
     assert engine.store.get_org(org="acme") is None
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_a_date_out_of_range_in_utc_is_a_problem_not_a_crash(engine: dossier.Engine, value: str) -> None:
+    data = bundle()
+    data["memories"][0]["created_at"] = value
+    [problem] = _problems(engine, data)
+    assert "out of range" in str(problem)

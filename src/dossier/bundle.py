@@ -190,7 +190,10 @@ class Memory(_Item):
     @field_validator("created_at")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        try:
+            return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        except OverflowError:  # 0001-01-01T00:00:00+14:00 is before the first day a date can hold, in UTC
+            raise ValueError("the date and time is out of range once in UTC (years 1 to 9999)") from None
 
 
 class Section(_Item):

@@ -29,7 +29,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Callable, Coroutine, Union
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -41,7 +41,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import BundleError, DossierError, InvalidRequest, Unauthorized, http_status
-from .identifiers import clip
+from .identifiers import NUL_MESSAGE, clip
 from .inspector import routes as inspector_routes
 from .schema import RetrieveRequest, RetrieveResponse
 from .service import (
@@ -249,7 +249,8 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
 
     @app.get("/v1/calls/{call_id}", tags=["retrieve"], response_model=CallResult,
              responses=_responses(401, 403, 404, 422, 503))  # fmt: skip
-    def get_call(call_id: str, wait: float = 0.0, who: Principal = Depends(principal)) -> dict[str, Any]:
+    def get_call(call_id: str, wait: float = Query(0.0, ge=0, le=30, allow_inf_nan=False),
+                 who: Principal = Depends(principal)) -> dict[str, Any]:  # fmt: skip
         """An earlier call of your org: its audited shape and, for your own `deferred` call, its
         `synthesis` (`pending: true` while it runs; `?wait=S` waits up to S seconds, at most 30)."""
         return service.call(who, call_id, wait=wait)
@@ -459,7 +460,7 @@ def parse_json(raw: bytes) -> Any:
         raise BodyError(f"the body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except ValueError as exc:  # raised by the number hooks
         raise BodyError(str(exc)) from None
-    _check(value, strings=_SURROGATE_ESCAPE.search(raw) is not None)
+    _check(value, strings=_SURROGATE_ESCAPE.search(raw) is not None or _NUL_ESCAPE.search(raw) is not None)
     return value
 
 
@@ -484,15 +485,26 @@ def _has_surrogate(text: str) -> bool:
     return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)
 
 
+def _not_text(text: str) -> str | None:
+    """What makes ``text`` no text: a lone surrogate, or a NUL character (PostgreSQL cannot store one)."""
+    if "\x00" in text:
+        return NUL_MESSAGE
+    if _has_surrogate(text):
+        return "a lone surrogate escape (\\ud800-\\udfff) is not text"
+    return None
+
+
 #: A ``\uD800``-``\uDFFF`` escape: valid UTF-8 holds no surrogate, so only an escape can make one.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+#: A ``\u0000`` escape: JSON holds a NUL character only as an escape.
+_NUL_ESCAPE = re.compile(rb"\\u0000")
 
 
 def _check(value: Any, *, strings: bool) -> None:
     """Depth, and (when ``strings``) lone surrogates in strings and keys; walked without recursion, visiting
     only containers' children."""
-    if strings and isinstance(value, str) and _has_surrogate(value):
-        raise BodyError("a lone surrogate escape (\\ud800-\\udfff) is not text")
+    if strings and isinstance(value, str) and (why := _not_text(value)):
+        raise BodyError(why)
     stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())] if isinstance(value, (dict, list)) else []
     while stack:
         item, path = stack.pop()
@@ -501,10 +513,10 @@ def _check(value: Any, *, strings: bool) -> None:
         for key, child in item.items() if isinstance(item, dict) else enumerate(item):
             if isinstance(child, (dict, list)):
                 stack.append((child, (*path, str(key))))
-            elif strings and isinstance(child, str) and _has_surrogate(child):
-                raise BodyError("a lone surrogate escape (\\ud800-\\udfff) is not text", _where((*path, str(key))))
-            if strings and isinstance(key, str) and _has_surrogate(key):
-                raise BodyError("a lone surrogate escape (\\ud800-\\udfff) in a key is not text", _where(path))
+            elif strings and isinstance(child, str) and (why := _not_text(child)):
+                raise BodyError(why, _where((*path, str(key))))
+            if strings and isinstance(key, str) and (why := _not_text(key)):
+                raise BodyError(f"{why} (in a key)", _where(path))
 
 
 def _where(path: tuple[str, ...]) -> str:

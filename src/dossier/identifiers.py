@@ -10,7 +10,7 @@ than :data:`ECHO_MAX` characters of what it was given (:func:`clip`).
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal, Mapping
 from urllib.parse import urlsplit
 
 IdentifierKind = Literal["email", "phone", "website", "profile_url"]
@@ -56,6 +56,29 @@ def clip(value: object, limit: int = ECHO_MAX, *, quote: bool = True) -> str:
     ellipsis."""
     text = repr(value) if quote else str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def nul_path(value: Any) -> str | None:
+    """Where in ``value`` (strings, and lists and mappings of them) a string or a key holds a NUL character,
+    as a dotted path ("" for ``value`` itself), or None. Such a string is no text: PostgreSQL cannot store
+    it, so both stores refuse it where it comes in."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return ".".join(at)
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    return ".".join((*at, clip(key, 40, quote=False)))
+                stack.append((child, (*at, str(key))))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, (*at, str(n))) for n, child in enumerate(item))
+    return None
+
+
+NUL_MESSAGE = "a NUL character (\\u0000) is not text"
 
 
 def normalize_email(value: str) -> str:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from .bundle import ITEM_MODELS, Bundle, Document, Identifiers, Section, content_hash, has_value, property_display
 from .bundle_source import BundleSource
 from .errors import BundleError, InvalidRequest, Problem, UsageError
-from .identifiers import clip
+from .identifiers import NUL_MESSAGE, clip, nul_path
 from .providers.embeddings import Embedder
 from .stores.base import ItemKind, Store, VectorKind, VectorWrite, WriteBatch, property_key
 
@@ -230,6 +230,12 @@ class _Scan:
         if position is None:
             if value is not None:
                 self.problems.append(Problem(_SINGULAR[key], None, f"'{key}' must be a list, not {_kind_name(value)}"))
+            return
+        where = nul_path(value)
+        if where is not None:  # no text (PostgreSQL cannot store it): refused alike on both stores
+            raw_id = value.get("id") if isinstance(value, Mapping) else None
+            named = _named(raw_id) if isinstance(raw_id, str) and raw_id and "\x00" not in raw_id else f"#{position}"
+            self.problems.append(Problem(_SINGULAR[key], named, f"{where or 'item'}: {NUL_MESSAGE}"))
             return
         item = _validated(key, position, value, self.problems, self.ignored)
         if item is not None:
@@ -452,6 +458,10 @@ def load_bundle(
         assert isinstance(source, Bundle)
         for list_name in ITEM_MODELS:
             for n, item in enumerate(getattr(source, list_name)):
+                where = nul_path(item.model_dump(mode="json"))
+                if where is not None:
+                    scan.problems.append(Problem(_SINGULAR[list_name], f"#{n}", f"{where}: {NUL_MESSAGE}"))
+                    continue
                 scan.add(list_name, n, item)
         scan.ignored_keys, scan.ignored = list(source._ignored_keys), dict(source._ignored_fields)
     else:

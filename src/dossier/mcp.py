@@ -27,7 +27,8 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, ToolAnnotations
 from pydantic import ConfigDict, Field, ValidationError
 
-from .errors import DossierError
+from .bundle import MEMORY_TEXT_MAX
+from .errors import DossierError, http_status
 from .identifiers import clip
 from .schema import MAX_DEADLINE_MS, MIN_DEADLINE_MS, Budget, Depth, Filters, Mode, RecordRef, SourceFlags
 from .service import MESSAGE_ECHO, FeedbackRequest, NewDocument, Principal, Service, _validate, bearer_key
@@ -105,7 +106,7 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
             return work(who)
         except DossierError as exc:  # audited as the HTTP API audits it (by its class and field name only)
             service.refused_error(who, exc, front_end=front_end, route=f"tool {tool}")
-            raise ToolError(clip(str(exc), MESSAGE_ECHO, quote=False)) from exc
+            raise ToolError(public_message(exc)) from exc
 
     def retrieve_unified(
         ctx: Context,
@@ -139,7 +140,7 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
     def remember(
         ctx: Context,
         record: RecordRef,
-        text: Annotated[str, Field(min_length=1, max_length=20_000)],
+        text: Annotated[str, Field(min_length=1, max_length=MEMORY_TEXT_MAX)],
     ) -> str:
         memory = act(ctx, "remember", lambda p: service.remember(p, record, text))
         return json.dumps({"id": memory.id, "record_id": memory.record, "created_at": memory.created_at.isoformat()})
@@ -248,6 +249,19 @@ class _Exact(FuncMetadata):
 
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         return data
+
+
+def public_message(exc: DossierError) -> str:
+    """What a tool's caller is told of an error, as the HTTP API tells it: a store's or a model provider's own
+    message can name hosts, paths or SQL (it goes to the server's log), so those are named by their class."""
+    status = http_status(exc)
+    if status == 503:
+        return f"the store is unavailable: {type(exc).__name__}"
+    if status == 502:
+        return f"a model provider failed: {type(exc).__name__}"
+    if status == 500:
+        return f"internal error: {type(exc).__name__}"
+    return clip(str(exc), MESSAGE_ECHO, quote=False)
 
 
 def _strict(tool: Tool) -> Tool:

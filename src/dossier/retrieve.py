@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from .deadline import within
 from .errors import InvalidRequest, NotFound
-from .identifiers import clip
+from .identifiers import NUL_MESSAGE, clip, nul_path
 from .layers.budget import pack
 from .layers.govern import govern
 from .layers.plan import call_deadline, plan
@@ -43,6 +43,9 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
     """Validate a request; the error names the offending field (``record.email``, ``budget.totalTokens``)."""
     if isinstance(request, RetrieveRequest):
         return request
+    where = nul_path(request)
+    if where is not None:  # no text (PostgreSQL cannot hold it): refused alike on both stores
+        raise InvalidRequest(f"invalid request: {where or 'request'}: {NUL_MESSAGE}", field=where or "request")
     try:
         return RetrieveRequest.model_validate(request)
     except ValidationError as exc:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
-from .bundle import LABEL_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
+from .bundle import LABEL_MAX, MEMORY_TEXT_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
 from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError, http_status
 from .identifiers import IdentifierKind, clip
 from .loading import LoadReport, document_from_markdown
@@ -91,7 +91,7 @@ class NewMemory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     record: Id
-    text: str = Field(min_length=1, max_length=20_000)
+    text: str = Field(min_length=1, max_length=MEMORY_TEXT_MAX)  # a bundle's limit (docs/bundles.md)
     id: Id | None = None
     org: Id | None = None
     created_at: datetime | None = None
@@ -346,7 +346,7 @@ class Service:
         """The call, when it is the principal's own or the principal has the admin role of its org. Another
         caller's call reads exactly like an unknown one: its shape (how many items each source returned,
         how many bytes) was governed for that caller and could tell of items this one may not see."""
-        row = self.store.get_audit(call_id)
+        row = None if "\x00" in call_id else self.store.get_audit(call_id)  # no id holds a NUL character
         if row is None or row.org != principal.org or (row.caller != principal.caller and not self._is_admin(principal)):
             raise NotFound(f"no call {clip(call_id)}")
         return row
@@ -417,8 +417,11 @@ class Service:
         for raw in memories:
             m = raw if isinstance(raw, NewMemory) else _validate(NewMemory, raw)
             self._scoped(principal, {"org": m.org}, "memories")
-            out.append(Memory(id=m.id or f"mem-{uuid.uuid4().hex[:16]}", org=principal.org, record=m.record,
-                              text=m.text, created_at=m.created_at or datetime.now(timezone.utc)))  # fmt: skip
+            try:
+                out.append(Memory(id=m.id or f"mem-{uuid.uuid4().hex[:16]}", org=principal.org, record=m.record,
+                                  text=m.text, created_at=m.created_at or datetime.now(timezone.utc)))  # fmt: skip
+            except ValidationError as exc:  # a created_at out of range once in UTC, say
+                raise _invalid(Memory, exc) from None
         # a record that is not in this org (unknown, or another org's: the same answer) is named by its field,
         # before the write; the bundle check would name the memory by an id the caller may not have sent
         known = {r.id: r for r in self.engine.store.get_records(list({m.record for m in out}), org=principal.org)}

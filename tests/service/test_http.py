@@ -144,6 +144,9 @@ def test_another_orgs_calls_sessions_and_feedback_read_like_unknown_ones(http: h
     same(http.post("/v1/retrieve", json={"continuation": continuation}, headers=zoe),
          http.post("/v1/retrieve", json={"continuation": unknown_session}, headers=zoe), continuation, unknown_session)  # fmt: skip
     assert http.get("/v1/calls/" + "0" * 32, headers=live.auth("ana")).status_code == 404
+    for wait in ("inf", "nan", "-1", "31"):  # at most 30 seconds, a number
+        refused = http.get(f"/v1/calls/{call_id}", params={"wait": wait}, headers=live.auth("ana"))
+        assert refused.status_code == 422 and refused.json()["detail"]["field"] == "wait", (wait, refused.text)
     ben = live.auth("ben")  # same org, another caller: ana's call reads like an unknown one to him too
     same(http.get(f"/v1/calls/{call_id}", headers=ben), http.get(f"/v1/calls/{unknown_call}", headers=ben), call_id, unknown_call)
     same(http.get(f"/v1/calls/{call_id}/feedback", headers=ben), http.get(f"/v1/calls/{unknown_call}/feedback", headers=ben),

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
+import dossier
 from dossier.http import ErrorBody
 
 from .conftest import BRIEF, Live, table_text
@@ -67,6 +68,39 @@ def test_a_lone_surrogate_is_422_naming_the_field_and_nothing_is_written(
     assert store.get_documents(["fine", "surrogate", "pricing"], org="northwind") == []
     assert store.get_records(["rec-sur"], org="northwind") == []
     assert store.get_memories(["mem-sur"], org="northwind") == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/retrieve", b'{"record": {"email": "ja\\u0000ne@acme.com"}, "message": "x"}', "record.email"),
+        ("/v1/retrieve", b'{"continuation": "a\\u0000b"}', "continuation"),
+        ("/v1/memories", b'{"record": "rec-jane", "text": "a \\u0000 b", "id": "mem-nul"}', "text"),
+        ("/v1/records", b'{"id": "rec-nul", "kind": "contact", "properties": {"note": "x\\u0000"}}', "properties.note"),
+        ("/v1/feedback", b'{"call_id": "x", "rating": 3, "comment": "\\u0000"}', "comment"),
+    ],
+)
+def test_a_nul_character_is_422_naming_the_field_and_nothing_is_written(
+    http: httpx.Client, live: Live, path: str, body: bytes, field: str
+) -> None:
+    """PostgreSQL cannot store a NUL character: both stores refuse it where it comes in, never a 503."""
+    response = send(http, live, path, body)
+    assert response.status_code == 422, response.text
+    detail = error_of(response)
+    assert detail["field"] == field and "NUL" in detail["message"]
+    assert live.engine.store.get_records(["rec-nul"], org="northwind") == []
+    assert live.engine.store.get_memories(["mem-nul"], org="northwind") == []
+    assert http.get("/v1/calls/a%00b", headers=live.auth("ana")).status_code == 404
+
+
+def test_a_nul_character_is_refused_by_the_library_before_any_store_reads_it(live: Live) -> None:
+    with pytest.raises(dossier.InvalidRequest) as caught:
+        live.engine.retrieve({"record": {"id": "rec-\x00jane"}, "message": "x"}, org="northwind", caller="ana")
+    assert caught.value.field == "record.id" and "NUL" in str(caught.value)
+    with pytest.raises(dossier.BundleError) as broken:
+        live.engine.load_bundle({"memories": [{"id": "mem-nul", "org": "northwind", "record": "rec-jane", "text": "a\x00",
+                                               "created_at": "2026-01-01T00:00:00Z"}]})  # fmt: skip
+    assert "text: a NUL character" in str(broken.value) and live.engine.store.get_memories(["mem-nul"], org="northwind") == []
 
 
 def test_a_surrogate_pair_is_text_and_loads(http: httpx.Client, live: Live) -> None:

@@ -195,3 +195,14 @@ def test_mcp_over_http_without_a_key_is_401(live: Live) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     response = httpx.post(f"{live.url}/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
     assert response.status_code == 401
+
+
+def test_a_tool_names_a_store_or_provider_failure_by_its_class_as_the_http_api_does() -> None:
+    from dossier.errors import NotFound, ProviderError, StoreError, StoreUnavailable
+    from dossier.mcp import public_message
+
+    assert public_message(StoreError("PostgreSQL write failed at db.internal: index row size ...")) == (
+        "the store is unavailable: StoreError")  # fmt: skip
+    assert public_message(StoreUnavailable("cannot reach 10.0.0.7:5432")) == "the store is unavailable: StoreUnavailable"
+    assert public_message(ProviderError("https://llm.internal/v1 said 500")) == "a model provider failed: ProviderError"
+    assert "rec-nobody" in public_message(NotFound("no record with id 'rec-nobody' in this org"))
