@@ -180,6 +180,35 @@ def test_a_load_that_fails_into_a_new_store_leaves_no_store_behind(tmp_path: Pat
     assert _counts(db)["records"] == 2  # a store that was there before stays, untouched
 
 
+def test_a_failed_load_never_removes_a_new_store_another_process_has_open(tmp_path: Path, db: str) -> None:
+    """A load that fails into a new path removes the store it made, but not while another process has it open
+    (a second load into the same new path, which may be writing), and never one holding an org."""
+    import subprocess
+    import sys
+
+    path = Path(db[len("sqlite:///") :])
+    dossier.open(db).close()  # the empty store a failed load leaves
+    holder = subprocess.Popen(  # another process has it open, as a second load does while it embeds
+        [sys.executable, "-c", "import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1]); "
+         "db.execute('SELECT count(*) FROM orgs').fetchall(); print('open', flush=True); time.sleep(60)", str(path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        cli._remove_unused_store(path)
+        assert path.exists(), "removed a store another process has open"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run("load", _write(tmp_path / "good.json", bundle()), "--db", db).exit_code == 0
+    cli._remove_unused_store(path)
+    assert path.exists() and _counts(db)["records"] == 2  # it holds an org: kept
+    empty = tmp_path / "empty.db"
+    dossier.open(f"sqlite:///{empty}").close()
+    cli._remove_unused_store(empty)
+    assert not empty.exists()  # unused and empty: removed
+
+
 def test_add_doc_of_a_file_that_is_not_utf8_exits_2_with_one_line(tmp_path: Path, db: str) -> None:
     assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
     path = tmp_path / "bin.md"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
@@ -214,7 +214,7 @@ def load(file: Path = typer.Argument(..., help="A bundle (JSON)."), db: Optional
             report = engine.load_bundle(file, progress=update)
     except typer.Exit:
         if path is not None and new:  # nothing of the bundle was stored (all or nothing): leave no empty store
-            _remove_store(path)  # for a later command
+            _remove_unused_store(path)  # for a later command, unless another load or server has it open
         raise
     _print_report(report, where=redacted_url(_url(db)))
 
@@ -223,6 +223,37 @@ def _remove_store(path: Path) -> None:
     """Delete a SQLite store: its file and the journal files beside it, where there are any."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _remove_unused_store(path: Path) -> None:
+    """Delete the store this command made for a load that failed, only while no other process has it open
+    (another load into the same new path, a server) and it holds no org: never what another wrote."""
+    import fcntl
+
+    shm = Path(f"{path}-shm")
+    try:
+        if not shm.exists():  # no connection has it open
+            _remove_if_empty(path)
+            return
+        with open(shm, "r+b") as held:
+            # every open connection of a WAL store holds a shared lock on byte 128 of its -shm file (SQLite's
+            # "dead man switch"): an exclusive one is granted only where no other process holds it
+            fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)
+            _remove_if_empty(path)
+    except OSError:  # in use by another process: leave it
+        return
+
+
+def _remove_if_empty(path: Path) -> None:
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0)) as db:
+            if db.execute("SELECT count(*) FROM orgs").fetchone()[0]:
+                return
+    except sqlite3.Error:  # not a store this command can judge: leave it
+        return
+    _remove_store(path)
 
 
 @app.command("add-doc")
