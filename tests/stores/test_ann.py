@@ -255,6 +255,33 @@ def test_changes_are_folded_into_a_new_file_and_the_log_is_dropped(loaded: tuple
         reopened.close()
 
 
+def test_an_index_rebuilt_after_a_compaction_emptied_the_log_is_built_once(loaded: tuple[Path, np.ndarray]) -> None:
+    """A compaction drops every log entry; the file is then lost (deleted, or the database copied without it).
+    The rebuilt index must stand at the log's position, not at the empty log's 0, or every search takes it for
+    stale and builds it again."""
+    path, _ = loaded
+    store = open_store(path)
+    try:
+        moved = clustered(150, seed=7)  # past ann_compact_after: compacted, the log emptied
+        store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(150)], moved)))
+        assert store._db.execute("SELECT count(*) FROM vector_log").fetchone()[0] == 0
+    finally:
+        store.close()
+    shutil.rmtree(Path(f"{path}-ann"))
+    store = open_store(path)
+    try:
+        for n in range(5):
+            assert ids(store, moved[n])[0] == f"m{n:04d}"
+        assert store.ann.builds == 1
+    finally:
+        store.close()
+    again = open_store(path)
+    try:
+        assert ids(again, moved[20])[0] == "m0020" and again.ann.builds == 0
+    finally:
+        again.close()
+
+
 @pytest.mark.parametrize("damage", ["deleted", "truncated", "garbage", "sidecar"])
 def test_a_missing_or_corrupt_file_is_rebuilt(loaded: tuple[Path, np.ndarray], damage: str) -> None:
     path, matrix = loaded

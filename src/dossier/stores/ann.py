@@ -323,7 +323,13 @@ class AnnIndexes:
         with self._write() as db:
             db.execute("INSERT OR IGNORE INTO vector_indexes (org, kind) VALUES (?, ?)", (org, kind))
         with self._snapshot() as db:  # read a chunk at a time: the build holds the graph, not the rows twice
-            seq = int(db.execute("SELECT coalesce(max(seq), 0) FROM vector_log").fetchone()[0])
+            # the log's position as of this snapshot: its last number ever given, which a compaction that
+            # dropped every entry leaves in place (the highest entry left would be 0, below the saved file's,
+            # and every later search would take the index for stale and build it again)
+            seq = int(db.execute(
+                "SELECT max(coalesce((SELECT max(seq) FROM vector_log), 0), "
+                "coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'vector_log'), 0))"
+            ).fetchone()[0])  # fmt: skip
             total = db.execute("SELECT count(*) FROM vectors WHERE org = ? AND kind = ?", (org, kind)).fetchone()[0]
             ndim = db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
             base: Any = None
