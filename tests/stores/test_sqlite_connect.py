@@ -25,3 +25,17 @@ def test_the_store_s_own_connection_is_opened_that_way(tmp_path: Path) -> None:
         assert store._query("PRAGMA cache_size", ())[0][0] == -CACHE_KIB
     finally:
         store.close()
+
+
+def test_opening_a_current_store_writes_nothing_so_a_read_only_file_can_be_read(tmp_path: Path) -> None:
+    """Every open used to rewrite the schema version in a write transaction: a store whose file cannot be
+    written (read-only, immutable) could not even be read."""
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()  # made and migrated
+    again = SQLiteStore(path)
+    try:
+        assert again._db.total_changes == 0
+        again._db.execute("PRAGMA query_only = ON")  # reading works as on a file that cannot be written
+        assert again.get_org(org="nowhere") is None
+    finally:
+        again.close()

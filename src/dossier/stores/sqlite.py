@@ -114,6 +114,8 @@ class SQLiteStore:
             self._db.close()
 
     def _migrate(self) -> None:
+        if self._current():  # nothing to write: a store that can be read but not written opens for reading
+            return
         with self._transaction() as db:
             has_meta = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
             version = 0
@@ -133,6 +135,14 @@ class SQLiteStore:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             # names this database for the files kept beside it (an index file of another store is never used)
             db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', lower(hex(randomblob(16))))")
+
+    def _current(self) -> bool:
+        """The file is at this dossier's schema version and named (read without a transaction)."""
+        with self._lock:
+            if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                return False
+            rows = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('schema_version', 'store_id')").fetchall())
+        return rows.get("schema_version") == str(SCHEMA_VERSION) and "store_id" in rows
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
