@@ -282,6 +282,24 @@ def test_an_index_rebuilt_after_a_compaction_emptied_the_log_is_built_once(loade
         again.close()
 
 
+def test_an_index_that_cannot_be_saved_serves_from_memory(loaded: tuple[Path, np.ndarray], caplog: pytest.LogCaptureFixture) -> None:
+    """The folder beside the database cannot take the file (here a file stands in its place; a read-only
+    folder or a full disk alike): the search still answers, from the index built in memory, and says why."""
+    path, matrix = loaded
+    directory = Path(f"{path}-ann")
+    shutil.rmtree(directory)
+    directory.write_text("not a folder")
+    store = open_store(path)
+    try:
+        with caplog.at_level("WARNING"):
+            assert ids(store, matrix[42])[0] == "m0042"
+            assert ids(store, matrix[43])[0] == "m0043"
+        assert store.ann.builds == 1  # built once, kept in memory
+        assert any("cannot be saved" in r.getMessage() for r in caplog.records)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("damage", ["deleted", "truncated", "garbage", "sidecar"])
 def test_a_missing_or_corrupt_file_is_rebuilt(loaded: tuple[Path, np.ndarray], damage: str) -> None:
     path, matrix = loaded

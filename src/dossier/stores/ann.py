@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .vector_index import similarities
+
+_log = logging.getLogger(__name__)
 
 #: HNSW parameters. ``EF_SEARCH`` 200: at 1M memories (bench/scale.py) 64 gave recall@10 0.963 against
 #: exact search (a text repeated a dozen times makes a cluster of identical vectors the search can miss);
@@ -292,30 +296,43 @@ class AnnIndexes:
         return True
 
     def _save(self, org: str, kind: str, base: Any, seq: int) -> Path | None:
-        """Write ``base`` as the file of (org, kind) at log position ``seq``; drop the log it covers."""
+        """Write ``base`` as the file of (org, kind) at log position ``seq``; drop the log it covers. Where the
+        file cannot be written (a folder that cannot be written, a full disk), the index serves from memory and
+        the log is kept (the next process builds again): a search never fails for want of its file."""
         paths = self._paths(org, kind)
         path = None
         if paths is not None:
             sidecar, stem = paths
-            sidecar.parent.mkdir(parents=True, exist_ok=True)
-            old = _previous_file(sidecar)
             path = sidecar.parent / f"{stem}-{seq}.usearch"
-            partial = path.with_name(path.name + ".partial")
-            base.save(str(partial))
-            _fsync(partial)
-            os.replace(partial, path)
-            meta = {"store_id": self.store_id, "org": org, "kind": kind, "seq": seq, "rows": int(base.size),
-                    "ndim": int(base.ndim), "file": path.name, "size": path.stat().st_size, "digest": _digest(path)}  # fmt: skip
-            partial = sidecar.with_name(sidecar.name + ".partial")
-            partial.write_text(json.dumps(meta), encoding="utf-8")
-            _fsync(partial)
-            os.replace(partial, sidecar)
-            if old is not None and old != path:
-                old.unlink(missing_ok=True)
+            try:
+                self._write_file(org, kind, base, seq, sidecar, path)
+            except (OSError, RuntimeError) as exc:  # usearch reports a failed write as a RuntimeError
+                for leftover in (path.with_name(path.name + ".partial"), sidecar.with_name(sidecar.name + ".partial")):
+                    with suppress(OSError):  # a partial file filling a full disk goes; none there is fine
+                        leftover.unlink()
+                _log.warning("the ANN index of %s/%s cannot be saved beside the database (%s): it serves from memory",
+                             org, kind, type(exc).__name__)  # fmt: skip
+                return None
         with self._write() as db:
             db.execute("UPDATE vector_indexes SET saved_seq = max(saved_seq, ?) WHERE org = ? AND kind = ?", (seq, org, kind))
             db.execute("DELETE FROM vector_log WHERE org = ? AND kind = ? AND seq <= ?", (org, kind, seq))
         return path
+
+    def _write_file(self, org: str, kind: str, base: Any, seq: int, sidecar: Path, path: Path) -> None:
+        sidecar.parent.mkdir(parents=True, exist_ok=True)
+        old = _previous_file(sidecar)
+        partial = path.with_name(path.name + ".partial")
+        base.save(str(partial))
+        _fsync(partial)
+        os.replace(partial, path)
+        meta = {"store_id": self.store_id, "org": org, "kind": kind, "seq": seq, "rows": int(base.size),
+                "ndim": int(base.ndim), "file": path.name, "size": path.stat().st_size, "digest": _digest(path)}  # fmt: skip
+        partial = sidecar.with_name(sidecar.name + ".partial")
+        partial.write_text(json.dumps(meta), encoding="utf-8")
+        _fsync(partial)
+        os.replace(partial, sidecar)
+        if old is not None and old != path:
+            old.unlink(missing_ok=True)
 
     # -- building and compacting ---------------------------------------------------------------------
     def _build(self, org: str, kind: str) -> AnnIndex:
