@@ -608,8 +608,8 @@ class Gate:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        try:  # one indexed read of a small table: cheaper on the event loop than a hop to a worker thread
-            who = self.service.authenticate(bearer_key(headers.get("authorization")))
+        try:  # one indexed read, on a worker thread: a database that hangs must not hold the event loop (and /healthz)
+            who = await run_in_threadpool(self.service.authenticate, bearer_key(headers.get("authorization")))
         except Unauthorized as exc:
             await _detail(401, str(exc))(scope, receive, send)
             return

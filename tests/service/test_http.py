@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Iterator
 
 import httpx
@@ -187,3 +188,30 @@ def test_usage_and_the_audit_over_the_wire(http: httpx.Client, live: Live) -> No
     for secret in (BRIEF["message"], "jane@acme.com", "jane", "rec-jane", "b-jane", "Prefers calls after 4pm"):
         assert secret not in audit, secret
     assert "|http|" in audit
+
+
+def test_a_store_that_hangs_on_the_key_check_never_holds_healthz(http: httpx.Client, live: Live,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A database that stops answering (not refusing) makes the key check wait: that wait is a worker thread's,
+    so the event loop, and the liveness probe, go on answering."""
+    import threading
+
+    released = threading.Event()
+    real = live.service.authenticate
+
+    def hangs(key: object) -> object:
+        released.wait(20)
+        return real(key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(live.service, "authenticate", hangs)
+    waiting = threading.Thread(target=lambda: httpx.post(f"{live.url}/v1/retrieve", json=BRIEF, headers=live.auth("ana"),
+                                                         timeout=30))  # fmt: skip
+    waiting.start()
+    try:
+        time.sleep(0.5)  # the retrieve is in its key check
+        started = time.monotonic()
+        assert http.get("/healthz", timeout=5).json() == {"status": "ok"}
+        assert time.monotonic() - started < 2
+    finally:
+        released.set()
+        waiting.join(30)
