@@ -300,6 +300,33 @@ def test_an_index_that_cannot_be_saved_serves_from_memory(loaded: tuple[Path, np
         store.close()
 
 
+def test_a_file_damaged_where_its_checks_do_not_read_never_scores_a_hit_with_no_number(
+    loaded: tuple[Path, np.ndarray], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening a file checks its size, its two ends and a sample of rows; a row in the middle can be damaged
+    unseen. A hit scored with no number (its stored vector turned to NaN) makes the search exact and the
+    index built again."""
+    path, matrix = loaded
+    index_file = next(Path(f"{path}-ann").glob("*.usearch"))
+    data = bytearray(index_file.read_bytes())
+    placed = {n: data.find(matrix[n].astype(np.float32).tobytes()) for n in range(len(matrix))}
+    # the premise: a row lies where the checks on opening do not read (not in the first or last 64 KiB)
+    n = next(n for n, at in placed.items()  # and not one of the rows sampled at both ends of the keys
+             if 64 * 1024 < at < len(data) - 64 * 1024 - 4 * matrix.shape[1] and 10 <= n < len(matrix) - 10)
+    row = matrix[n].astype(np.float32)
+    data[placed[n] : placed[n] + row.nbytes] = np.full(row.shape, np.nan, dtype=np.float32).tobytes()
+    index_file.write_bytes(bytes(data))
+    store = open_store(path)
+    try:
+        with caplog.at_level("WARNING"):
+            hits = store.search_vectors("memory", matrix[n], org="acme", limit=5)
+        assert hits[0].id == f"m{n:04d}" and all(np.isfinite(h.score) for h in hits)
+        assert any("no number" in r.getMessage() for r in caplog.records)
+        assert ids(store, matrix[n + 1])[0] == f"m{n + 1:04d}" and store.ann.builds == 1  # built again, from the database
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("damage", ["deleted", "truncated", "garbage", "sidecar"])
 def test_a_missing_or_corrupt_file_is_rebuilt(loaded: tuple[Path, np.ndarray], damage: str) -> None:
     path, matrix = loaded

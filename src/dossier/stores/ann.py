@@ -223,6 +223,16 @@ class AnnIndexes:
                 self._open[(org, kind)] = index
             return index
 
+    def discard(self, org: str, kind: str) -> None:
+        """Forget the index of (org, kind) and its file's record, so that the next search builds it again."""
+        with self._lock:
+            self._open.pop((org, kind), None)
+            paths = self._paths(org, kind)
+            if paths is not None:
+                with suppress(OSError):
+                    paths[0].unlink()
+            _log.warning("the ANN index of %s/%s gave a score that is no number: it is built again", org, kind)
+
     def registered(self, org: str, kind: str) -> bool:
         return self._state(org, kind) is not None
 

@@ -9,7 +9,9 @@
 * **Org-wide**: exact (one matrix of the org's rows, per generation) below ``hnsw_min_rows`` rows, the
   ANN index above.
 
-ANN answers are rescored exactly (the stored vectors against the question) and ordered by score then
+ANN answers are rescored exactly (the index's copies of the stored vectors, the same float32 values, against
+the question; a score that is no number, a copy damaged in its file, makes the search exact and the index
+built again) and ordered by score then
 key, as exact answers are; which rows they hold is approximate (recall is measured in bench/). Only the
 hits that can rescore into the best ``limit`` are rescored: the first ``limit`` by the index's distance
 and any within float32 rounding of the last of them (``_RESCORE_SLACK``), not every row a parents'
@@ -98,15 +100,18 @@ class SQLiteVectors:
             if parents is None:
                 rows = self._count(org, kind, None)
                 if rows >= self.hnsw_min_rows and limit * 4 < rows:  # a quarter of the rows or more: a scan is exact and as cheap
-                    return [found or [] for found in self._ann_search(kind, org, queries, limit, None, 1.0, hidden)]
+                    ann = self._trusted_ann_search(kind, org, queries, limit, None, 1.0, hidden)
+                    if ann is not None:
+                        return [found or [] for found in ann]
                 index = self._index(kind, org)
                 exclude = self._mask(index, hidden) if hidden else None
                 return [index.search(q, limit, exclude) for q in queries]
             answers: list[Found | None] = [None] * len(queries)
             held = sum(self._count(org, kind, p) for p in set(parents))
             if held >= self.ann_min_rows and limit * 4 < held and held * _MIN_SHARE >= self._count(org, kind, None):
-                answers = self._ann_search(kind, org, queries, limit, set(parents), held / max(1, self._count(org, kind, None)),
-                                           hidden)  # fmt: skip
+                ann = self._trusted_ann_search(kind, org, queries, limit, set(parents),
+                                               held / max(1, self._count(org, kind, None)), hidden)  # fmt: skip
+                answers = ann if ann is not None else answers
             if all(found is not None for found in answers):
                 return [found or [] for found in answers]
             keys, owners, blocks = self._vectors_of(kind, org, parents)
@@ -118,6 +123,16 @@ class SQLiteVectors:
         self.ann.after_write(org, kind, build_from=min(self.ann_min_rows, self.hnsw_min_rows))
 
     # -- the ANN index --------------------------------------------------------------------------------
+    def _trusted_ann_search(self, kind: str, org: str, queries: list[np.ndarray], limit: int, parents: set[str] | None,
+                            share: float, hidden: frozenset[str] | None) -> list[Found | None] | None:  # fmt: skip
+        """:meth:`_ann_search`, or None (search exactly) where the index scored a hit with no number: its file
+        was damaged where the checks made on opening it do not read. The index is dropped and built again."""
+        found = self._ann_search(kind, org, queries, limit, parents, share, hidden)
+        if all(math.isfinite(score) for hits in found if hits for _, _, score in hits):
+            return found
+        self.ann.discard(org, kind)
+        return None
+
     def _ann_search(self, kind: str, org: str, queries: list[np.ndarray], limit: int, parents: set[str] | None,
                     share: float, hidden: frozenset[str] | None = None) -> list[Found | None]:  # fmt: skip
         """Each query's best ``limit`` rows by the ANN index (None: too few among ``parents``), none of a
