@@ -125,8 +125,9 @@ class TextSearch:
         fts_params = [] if parents is None else scope_params
         if parents is not None and kind == "memory":  # the record index covers the rows that fit it (not ``wide``),
             # a second one the long memories (schema version 6)
-            fts = (f"((SELECT * FROM {table}_fts WHERE {scope} AND NOT wide OFFSET 0) UNION ALL "
-                   f"(SELECT * FROM {table}_fts WHERE {scope} AND wide OFFSET 0)) p")  # fmt: skip
+            columns = "org, id, record, tsv, length"  # what the record index covers: read from it alone
+            fts = (f"((SELECT {columns} FROM {table}_fts WHERE {scope} AND NOT wide OFFSET 0) UNION ALL "
+                   f"(SELECT {columns} FROM {table}_fts WHERE {scope} AND wide OFFSET 0)) p")  # fmt: skip
             fts_params = [*scope_params, *scope_params]
         cap = self.cap if parents is None else 2**31 - 1  # a few parents' rows are all ranked
         # hits leave the store only if the content table (row-level security) agrees they are the org's
