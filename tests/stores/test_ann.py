@@ -327,6 +327,32 @@ def test_a_file_damaged_where_its_checks_do_not_read_never_scores_a_hit_with_no_
         store.close()
 
 
+def test_a_compaction_between_the_look_at_the_log_and_the_catch_up_reopens_the_index(loaded: tuple[Path, np.ndarray]) -> None:
+    """A reader looks at the log, then another process writes and compacts (dropping the log the reader would
+    read), then the reader catches up: it must reopen the new file, not step over the dropped changes."""
+    path, matrix = loaded
+    reader, writer = open_store(path), open_store(path)
+    try:
+        assert ids(reader, matrix[1])[0] == "m0001"
+        stale = reader.ann._open[("acme", "memory")]
+        looked = reader.ann._state("acme", "memory")
+        assert looked is not None
+        moved = clustered(150, seed=9)  # past ann_compact_after: the writer compacts and drops the log
+        writer.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(150)], moved)))
+        assert writer._db.execute("SELECT count(*) FROM vector_log").fetchone()[0] == 0
+        real = reader.ann._state
+        reader.ann._state = lambda org, kind: (looked[0], looked[1] + 1)  # type: ignore[method-assign]  # what it saw
+        try:
+            index = reader.ann.get("acme", "memory")
+        finally:
+            reader.ann._state = real  # type: ignore[method-assign]
+        assert index is not stale
+        assert [ids(reader, moved[n])[0] for n in (5, 50, 120)] == ["m0005", "m0050", "m0120"]
+    finally:
+        reader.close()
+        writer.close()
+
+
 @pytest.mark.parametrize("damage", ["deleted", "truncated", "garbage", "sidecar"])
 def test_a_missing_or_corrupt_file_is_rebuilt(loaded: tuple[Path, np.ndarray], damage: str) -> None:
     path, matrix = loaded

@@ -216,8 +216,8 @@ class AnnIndexes:
                 saved_seq, last_seq = state
                 if saved_seq > index.seq:  # compacted elsewhere and the log behind it dropped: reopen the file
                     index = None
-                elif last_seq > index.seq:
-                    self._catch_up(org, kind, index)
+                elif last_seq > index.seq and not self._catch_up(org, kind, index):
+                    index = None  # compacted between the look above and the catch-up's snapshot: reopen too
             if index is None or state is None:
                 index = self._load(org, kind) or self._build(org, kind)
                 self._open[(org, kind)] = index
@@ -244,8 +244,13 @@ class AnnIndexes:
         ).fetchone()
         return (int(row[0]), int(row[1])) if row else None
 
-    def _catch_up(self, org: str, kind: str, index: AnnIndex) -> None:
+    def _catch_up(self, org: str, kind: str, index: AnnIndex) -> bool:
+        """Apply the logged changes since ``index.seq``; False (nothing applied) where a compaction has dropped
+        part of that log since: the index cannot be brought up to date from it."""
         with self._snapshot() as db:
+            saved = db.execute("SELECT saved_seq FROM vector_indexes WHERE org = ? AND kind = ?", (org, kind)).fetchone()
+            if saved is not None and int(saved[0]) > index.seq:
+                return False
             seq = db.execute("SELECT coalesce(max(seq), 0) FROM vector_log").fetchone()[0]
             rows = db.execute(
                 "SELECT l.vector, v.embedding FROM (SELECT DISTINCT vector FROM vector_log "
@@ -254,6 +259,7 @@ class AnnIndexes:
                 (org, kind, index.seq, seq, org, kind),
             ).fetchall()
         index.apply([(int(label), blob) for label, blob in rows], int(seq))
+        return True
 
     # -- files ---------------------------------------------------------------------------------------
     def _paths(self, org: str, kind: str) -> tuple[Path, str] | None:
@@ -284,7 +290,8 @@ class AnnIndexes:
         except (OSError, ValueError, KeyError, TypeError, RuntimeError):
             return None
         index = AnnIndex(base, seq=int(meta["seq"]), path=path)
-        self._catch_up(org, kind, index)
+        if not self._catch_up(org, kind, index):
+            return None
         return index if self._matches(org, kind, index) else None
 
     def _matches(self, org: str, kind: str, index: AnnIndex) -> bool:
