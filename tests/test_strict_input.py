@@ -372,3 +372,16 @@ def test_a_date_out_of_range_in_utc_is_a_problem_not_a_crash(engine: dossier.Eng
     data["memories"][0]["created_at"] = value
     [problem] = _problems(engine, data)
     assert "out of range" in str(problem)
+
+
+def test_a_bundle_file_with_a_lone_surrogate_escape_is_refused_and_a_pair_loads(engine: dossier.Engine, tmp_path: Path) -> None:
+    """The file parser would read a lone surrogate as "?", so two ids that differ only there became one."""
+    lone = tmp_path / "lone.json"
+    lone.write_text('{"orgs": [{"id": "o\\ud800", "name": "x"}, {"id": "o\\ud801", "name": "y"}]}', encoding="utf-8")
+    with pytest.raises(dossier.BundleError, match="lone surrogate"):
+        engine.load_bundle(lone)
+    assert engine.store.get_org(org="o?") is None
+    pair = tmp_path / "pair.json"
+    pair.write_text('{"orgs": [{"id": "o\\ud83d\\ude00", "name": "x"}], "callers": []}', encoding="utf-8")
+    assert engine.load_bundle(pair).inserted == {"orgs": 1}
+    assert engine.store.get_org(org="o\U0001f600") is not None

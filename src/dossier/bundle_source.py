@@ -9,6 +9,7 @@ is skipped, as editors on Windows write one.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -60,6 +61,10 @@ def _file_entries(path: Path) -> Iterator[Entry]:
     import ijson
 
     try:
+        at = _lone_surrogate(path)
+        if at is not None:  # yajl would read it as "?", and two ids that differ there would be one
+            raise BundleError([Problem("bundle", None, f"{path} holds a lone surrogate escape (\\ud800-\\udfff) at byte "
+                                                       f"{at}: it is not text")])  # fmt: skip
         with path.open("rb") as f:
             if f.read(len(_BOM)) != _BOM:
                 f.seek(0)
@@ -94,6 +99,36 @@ def _file_entries(path: Path) -> Iterator[Entry]:
 
 
 _BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
+#: A \uD800-\uDFFF escape, and whether it is a high (\uD800-\uDBFF) or a low one.
+_SURROGATE = re.compile(rb"\\u[dD]([89abAB]|[c-fC-F])[0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(path: Path) -> int | None:
+    """The byte offset of the first surrogate escape of ``path`` that is not half of a pair (a high one followed
+    at once by a low one), or None; an escaped backslash before a ``u`` is no escape. The file is mapped, not read."""
+    import mmap
+
+    with path.open("rb") as f:
+        if path.stat().st_size == 0:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            waiting: int | None = None  # a high escape whose low one must come next
+            for m in _SURROGATE.finditer(data):  # type: ignore[call-overload]
+                start, slashes = m.start(), 0
+                while start - slashes > 0 and data[start - slashes - 1] == 0x5C:  # backslashes just before it
+                    slashes += 1
+                if slashes % 2 == 1:  # "\\" then "u...": an escaped backslash, not an escape
+                    continue
+                high = m.group(1) in b"89abAB"
+                if waiting is not None:
+                    if not high and start == waiting + 6:
+                        waiting = None
+                        continue
+                    return waiting
+                if not high:
+                    return start
+                waiting = start
+            return waiting
 
 
 def _parse_error(exc: Exception) -> str:
