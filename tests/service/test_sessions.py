@@ -137,5 +137,20 @@ def test_a_merged_away_record_marked_pending_deletion_after_the_first_page_is_no
     old = sample.store.get_records(["rec-jane-old"], org="northwind")[0]
     sample.load_bundle({"records": [{**old.model_dump(mode="json"), "pending_deletion": True}]})
     rest = pages(sample, first, budget={"totalTokens": 50_000})
+    # the page's record no longer counts it, so governance judges its items as another record's
     assert rest and all(p.record is not None and "rec-jane-old" not in p.record.merged_from for p in rest)
-    assert not any(m.record_id == "rec-jane-old" for p in rest for m in p.sources["memories"].items)
+
+
+def test_leaving_sources_out_does_not_tell_another_caller_that_hidden_items_wait(sample: dossier.Engine) -> None:
+    fetch = {"fetch": ["doc-commission", "doc-pricing"], "budget": {"totalTokens": 1000}}  # commission: finance
+    first = sample.retrieve(fetch, org="northwind", caller="admin")
+    assert first.continuation
+    page = sample.retrieve({"continuation": first.continuation, "budget": {"totalTokens": 50_000}}, org="northwind",
+                           caller="ana")  # everything she may see  # fmt: skip
+    assert page.continuation is None
+    probes = [{"continuation": first.continuation, "sources": {"documents": False}}, {"continuation": first.continuation}]
+    for probe in probes:  # the opener's hidden sections wait; to her the id reads as unknown, whatever she asks
+        with pytest.raises(InvalidRequest, match="unknown or has expired"):
+            sample.retrieve(probe, org="northwind", caller="ana")
+    rest = pages(sample, first, caller="admin")
+    assert {i.document_id for p in rest for i in p.sources["documents"].items} == {"doc-commission"}

@@ -21,12 +21,11 @@ from .session import screen_page
 
 
 def govern(call: Call) -> None:
-    offered = sum(len(call.candidates[s]) for s in SOURCE_NAMES)
     _govern_documents(call)
     _govern_memories(call)
     _govern_records(call, "properties", lambda item: [item.record_id])
     _govern_records(call, "graph", lambda item: [item.src, item.dst])
-    screen_page(call, offered)  # an expand page of another caller's session with nothing left for this one
+    screen_page(call)  # an expand page of another caller's session with nothing left for this one
     if call.request.trace:  # only the trace reads it (layers/report.py)
         call.cleared = cleared(call)
 

@@ -82,13 +82,14 @@ def unknown_continuation(sid: str) -> InvalidRequest:
     return InvalidRequest(f"continuation {clip(sid)} is unknown or has expired", field="continuation")
 
 
-def screen_page(call: Call, offered: int) -> None:
-    """After governance: a page of a session another caller opened, of which governance left this caller
-    nothing out of ``offered`` items, reads like an unknown continuation. Its items are the opener's (its
-    session keeps them, :func:`keep_session`); an empty page instead would tell this caller that items it
-    may not see are waiting."""
+def screen_page(call: Call) -> None:
+    """After governance: a page of a session another caller opened that holds nothing this caller may see
+    reads like an unknown continuation, whether governance removed what it held or the caller left
+    sources out (``sources: {x: false}``). What waits is the opener's (its session keeps it,
+    :func:`keep_session`); an empty page instead would tell this caller that items it may not see are
+    waiting, and refusing it changes nothing of the session."""
     restored = call.session
-    if restored is None or restored.own or offered == 0 or call.resolution.tombstone:
+    if restored is None or restored.own or call.resolution.tombstone:
         return
     if not any(call.candidates[s] for s in restored.page):
         raise unknown_continuation(restored.session.id)
