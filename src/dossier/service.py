@@ -401,10 +401,22 @@ class Service:
         items = [self._scoped(principal, _plain(r), "records") for r in records]
         if not self._is_admin(principal):
             ids = [str(i["id"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str)]
-            # merging a record into one pending deletion adds its data to that record
-            ids += [str(i["merged_into"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("merged_into"), str)]
-            self._refuse_pending_deletion(principal, ids)
+            # merging a record into one pending deletion adds its data to that record; rewriting one merged into
+            # such a record (directly or not) would take its data out from under the deletion
+            targets = [str(i["merged_into"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("merged_into"), str)]
+            self._refuse_pending_deletion(principal, [*ids, *targets])
+            self._refuse_pending_deletion(principal, self._merge_chains(principal, ids))
         return self.engine.load_bundle({"records": items})
+
+    def _merge_chains(self, principal: Principal, record_ids: list[str]) -> list[str]:
+        """Every record the stored rows of ``record_ids`` are merged into, directly or not."""
+        out: list[str] = []
+        frontier = [r.merged_into for r in self.engine.store.get_records(record_ids, org=principal.org) if r.merged_into]
+        while frontier and len(out) < 20 * max(1, len(record_ids)):
+            out += [f for f in frontier if f not in out]
+            frontier = [r.merged_into for r in self.engine.store.get_records(frontier, org=principal.org)
+                        if r.merged_into and r.merged_into not in out]  # fmt: skip
+        return out
 
     def _refuse_pending_deletion(self, principal: Principal, record_ids: Iterable[str]) -> None:
         """A record pending deletion is the admin's alone: nothing can be added to it, moved off it or merged into it."""
@@ -455,7 +467,9 @@ class Service:
         if not found:
             raise NotFound(f"no record with {kind} {value!r} in this org")
         record, seen = found[0], {found[0].id}
-        while record.merged_into and len(seen) <= 20:
+        # a record pending deletion ends the chain, as in a retrieve (layers/resolve.py): what is merged into it
+        # is hidden with it, and nothing is added to it
+        while record.merged_into and not record.pending_deletion and len(seen) <= 20:
             survivors = store.get_records([record.merged_into], org=org)
             if not survivors or survivors[0].id in seen:
                 break

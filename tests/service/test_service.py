@@ -252,3 +252,31 @@ def test_a_bundle_org_without_an_id_is_a_broken_bundle_not_another_org(service: 
         service.load_bundle(principal("admin"), {"orgs": [{"name": "no id"}]})
     with pytest.raises(dossier.Forbidden):
         service.load_bundle(principal("admin"), {"orgs": [{"id": "southwind", "name": "another org"}]})
+
+
+def test_a_record_merged_into_one_pending_deletion_stays_hidden_in_writes_remember_and_the_graph(service: Service) -> None:
+    """P is pending deletion; A is merged into P; S is live with an edge to A. A caller without the admin role
+    cannot take A out from under the deletion by rewriting it, remember() does not reach past P, and the
+    graph around S does not show A."""
+    admin = principal("admin")
+    service.load_bundle(admin, {
+        "records": [{"id": "rec-md-s", "kind": "contact", "identifiers": {"email": "s@md-example.com"}},
+                    {"id": "rec-md-p", "kind": "contact", "identifiers": {"email": "p@md-example.com"},
+                     "merged_into": "rec-md-s", "pending_deletion": True},
+                    {"id": "rec-md-a", "kind": "contact", "identifiers": {"email": "a@md-example.com"}, "merged_into": "rec-md-p"}],
+        "memories": [{"id": "mem-md-a", "record": "rec-md-a", "text": "A asked about the renewal discount.",
+                      "created_at": "2026-01-02T00:00:00Z"}],
+        "edges": [{"id": "e-md-sa", "src": "rec-md-s", "dst": "rec-md-a", "type": "knows", "active": True,
+                   "confidence": 0.9, "weight": 1.0, "dst_is_stub": False}],
+    })  # fmt: skip
+    with pytest.raises(dossier.UsageError, match="pending deletion"):
+        service.add_records(principal("ana"), [{"id": "rec-md-a", "kind": "contact", "merged_into": "rec-md-s"}])
+    with pytest.raises(dossier.UsageError, match="pending deletion"):
+        service.add_records(principal("ana"), [{"id": "rec-md-a", "kind": "contact"}])
+    assert service.engine.store.get_records(["rec-md-a"], org="northwind")[0].merged_into == "rec-md-p"
+    with pytest.raises(dossier.UsageError, match="pending deletion"):  # as a retrieve: P's tombstone, not S
+        service.remember(principal("ana"), {"email": "a@md-example.com"}, "a new fact")
+    about_s = service.retrieve(principal("ana"), {"mode": "brief", "record": {"id": "rec-md-s"},
+                                                  "message": "What discount did they ask about?"})  # fmt: skip
+    returned = {getattr(i, "id", None) for r in about_s.sources.values() for i in r.items}
+    assert not {"mem-md-a", "e-md-sa"} & returned
