@@ -41,9 +41,9 @@ PIPELINE = (
 
 def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveRequest:
     """Validate a request; the error names the offending field (``record.email``, ``budget.totalTokens``)."""
-    if isinstance(request, RetrieveRequest):
+    where = nul_path(request.model_dump(mode="json") if isinstance(request, RetrieveRequest) else request)
+    if where is None and isinstance(request, RetrieveRequest):
         return request
-    where = nul_path(request)
     if where is not None:  # no text (PostgreSQL cannot hold it): refused alike on both stores
         raise InvalidRequest(f"invalid request: {where or 'request'}: {NUL_MESSAGE}", field=where or "request")
     try:

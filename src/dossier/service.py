@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, m
 
 from .bundle import LABEL_MAX, MEMORY_TEXT_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
 from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError, http_status
-from .identifiers import IdentifierKind, clip
+from .identifiers import NUL_MESSAGE, IdentifierKind, clip, nul_path
 from .loading import LoadReport, document_from_markdown
 from .pipeline.visibility import verdict
 from .retrieve import parse_request
@@ -329,6 +329,7 @@ class Service:
     def feedback(self, principal: Principal, body: FeedbackRequest | Mapping[str, Any]) -> Feedback:
         """Rate one of the principal's own calls (any call of its org for the admin role)."""
         request = body if isinstance(body, FeedbackRequest) else _validate(FeedbackRequest, body)
+        _text_only(request)
         self._own_call(principal, request.call_id)
         row = Feedback(call_id=request.call_id, org=principal.org, caller=principal.caller, rating=request.rating,
                        comment=request.comment, at=self.clock())  # fmt: skip
@@ -398,7 +399,7 @@ class Service:
         """Add or update records. A record pending deletion is the admin's alone: anyone else's write to it
         (which would store ``pending_deletion`` false, and its data could be read again) is refused, as a
         memory for it is."""
-        items = [self._scoped(principal, _plain(r), "records") for r in records]
+        items = _text_only([self._scoped(principal, _plain(r), "records") for r in records])
         if not self._is_admin(principal):
             ids = [str(i["id"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str)]
             # merging a record into one pending deletion adds its data to that record; rewriting one merged into
@@ -427,7 +428,7 @@ class Service:
     def add_memories(self, principal: Principal, memories: Iterable[NewMemory | Mapping[str, Any]]) -> list[Memory]:
         out = []
         for raw in memories:
-            m = raw if isinstance(raw, NewMemory) else _validate(NewMemory, raw)
+            m = _text_only(raw if isinstance(raw, NewMemory) else _validate(NewMemory, raw))
             self._scoped(principal, {"org": m.org}, "memories")
             try:
                 out.append(Memory(id=m.id or f"mem-{uuid.uuid4().hex[:16]}", org=principal.org, record=m.record,
@@ -451,7 +452,9 @@ class Service:
     def remember(self, principal: Principal, record: RecordRef | Mapping[str, Any], text: str,
                  *, created_at: datetime | None = None) -> Memory:  # fmt: skip
         """Add a memory to the record named by any identifier (merges followed to the survivor)."""
-        ref = record if isinstance(record, RecordRef) else _validate(RecordRef, record, prefix="record")
+        ref = _text_only(record if isinstance(record, RecordRef) else _validate(RecordRef, record, prefix="record"),
+                         prefix="record")  # fmt: skip
+        _text_only(text, prefix="text")
         target = self.find_record(principal, ref)
         [memory] = self.add_memories(principal, [NewMemory(record=target.id, text=text, created_at=created_at)])
         return memory
@@ -483,7 +486,7 @@ class Service:
         """Add or replace documents. Replacing one the caller may not see is refused."""
         out: list[Document] = []
         for raw in documents:
-            d = raw if isinstance(raw, NewDocument) else _validate(NewDocument, raw)
+            d = _text_only(raw if isinstance(raw, NewDocument) else _validate(NewDocument, raw))
             self._scoped(principal, {"org": d.org}, "documents")
             common: dict[str, Any] = dict(org=principal.org, doc_type=d.doc_type, tags=d.tags,
                                           visible_to_roles=d.visible_to_roles, attached_record=d.attached_record)  # fmt: skip
@@ -599,6 +602,20 @@ def audit_dict(row: AuditRow) -> dict[str, Any]:
 # -- helpers -------------------------------------------------------------------------------------------
 def _plain(item: Any) -> Any:
     return item.model_dump(mode="json", exclude_none=True) if isinstance(item, BaseModel) else item
+
+
+def _text_only(value: Any, *, prefix: str = "") -> Any:
+    """``value`` (a mapping, a model, a list of them), refused with a 422 naming the field where a string in it
+    holds a NUL character: PostgreSQL cannot store one, so neither store is asked (the HTTP front end refuses
+    it in the body; this is the same rule for MCP tools and in-process callers)."""
+    plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    if isinstance(plain, (list, tuple)):
+        plain = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in plain]
+    where = nul_path(plain)
+    if where is not None:
+        field = ".".join(p for p in (prefix, where) if p) or "body"
+        raise InvalidRequest(f"{field}: {NUL_MESSAGE}", field=field)
+    return value
 
 
 def _validate(model: type[BaseModel], data: Any, *, prefix: str = "") -> Any:

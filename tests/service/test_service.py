@@ -280,3 +280,25 @@ def test_a_record_merged_into_one_pending_deletion_stays_hidden_in_writes_rememb
                                                   "message": "What discount did they ask about?"})  # fmt: skip
     returned = {getattr(i, "id", None) for r in about_s.sources.values() for i in r.items}
     assert not {"mem-md-a", "e-md-sa"} & returned
+
+
+def test_a_nul_character_is_refused_by_every_service_method_before_the_store_is_asked(service: Service) -> None:
+    """The same rule as the HTTP bodies', for MCP tools and in-process callers (PostgreSQL cannot store one)."""
+    from dossier.schema import RetrieveRequest
+
+    ana = principal("ana")
+    call_id = service.retrieve(ana, BRIEF).call_id
+    attempts = [
+        (lambda: service.add_memories(ana, [{"record": "rec-jane", "text": "a\x00b", "id": "mem-nul"}]), "text"),
+        (lambda: service.add_records(ana, [{"id": "rec-\x00", "kind": "contact"}]), "0.id"),
+        (lambda: service.remember(ana, {"id": "rec-\x00jane"}, "x"), "record.id"),
+        (lambda: service.remember(ana, {"id": "rec-jane"}, "x\x00"), "text"),
+        (lambda: service.feedback(ana, {"call_id": call_id, "rating": 3, "comment": "\x00"}), "comment"),
+        (lambda: service.add_documents(ana, [{"title": "T\x00", "markdown": "# T\n\nx"}]), "title"),
+        (lambda: service.retrieve(ana, RetrieveRequest(continuation="ab\x00c")), "continuation"),
+    ]
+    for attempt, field in attempts:
+        with pytest.raises(InvalidRequest) as caught:
+            attempt()
+        assert caught.value.field == field and "NUL" in str(caught.value), (field, str(caught.value))
+    assert service.engine.store.get_memories(["mem-nul"], org="northwind") == []
