@@ -296,6 +296,14 @@ def test_an_index_that_cannot_be_saved_serves_from_memory(loaded: tuple[Path, np
             assert ids(store, matrix[43])[0] == "m0043"
         assert store.ann.builds == 1  # built once, kept in memory
         assert any("cannot be saved" in r.getMessage() for r in caplog.records)
+        tries: list[str] = []
+        real = store.ann._write_file
+        store.ann._write_file = lambda *a, **k: (tries.append("save"), real(*a, **k))  # type: ignore[method-assign]
+        for n in range(3):  # each past ann_compact_after: no file is tried again for a while
+            moved = clustered(120, seed=20 + n)
+            store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(120)], moved)))
+            assert ids(store, moved[7])[0] == "m0007"  # the index in memory follows the writes
+        assert tries == []
     finally:
         store.close()
 
@@ -323,6 +331,9 @@ def test_a_file_damaged_where_its_checks_do_not_read_never_scores_a_hit_with_no_
         assert hits[0].id == f"m{n:04d}" and all(np.isfinite(h.score) for h in hits)
         assert any("no number" in r.getMessage() for r in caplog.records)
         assert ids(store, matrix[n + 1])[0] == f"m{n + 1:04d}" and store.ann.builds == 1  # built again, from the database
+        assert len(list(Path(f"{path}-ann").glob("*.usearch"))) == 1  # the damaged file is gone
+        store.search_vectors("memory", np.full(matrix.shape[1], np.nan, dtype=np.float32), org="acme", limit=5)
+        assert store.ann.builds == 1  # a question with no number is not the file's fault: nothing built again
     finally:
         store.close()
 

@@ -29,6 +29,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ import numpy as np
 from .vector_index import similarities
 
 _log = logging.getLogger(__name__)
+_RETRY_SAVE = 300.0  # seconds after a file could not be written before a compaction tries to write one again
 
 #: HNSW parameters. ``EF_SEARCH`` 200: at 1M memories (bench/scale.py) 64 gave recall@10 0.963 against
 #: exact search (a text repeated a dozen times makes a cluster of identical vectors the search can miss);
@@ -201,6 +203,7 @@ class AnnIndexes:
         self.compact_after = compact_after
         self._open: dict[tuple[str, str], AnnIndex] = {}
         self._store_id: str | None = None
+        self._unsaved: dict[tuple[str, str], float] = {}  # when a file could not be written, per (org, kind)
         self.builds = 0  # indexes built from the database by this process (tests read it)
 
     def close(self) -> None:
@@ -224,13 +227,17 @@ class AnnIndexes:
             return index
 
     def discard(self, org: str, kind: str) -> None:
-        """Forget the index of (org, kind) and its file's record, so that the next search builds it again."""
+        """Forget the index of (org, kind) and remove its file, so that the next search builds it again."""
         with self._lock:
             self._open.pop((org, kind), None)
             paths = self._paths(org, kind)
             if paths is not None:
+                old = _previous_file(paths[0])
                 with suppress(OSError):
                     paths[0].unlink()
+                if old is not None:
+                    with suppress(OSError):
+                        old.unlink()
             _log.warning("the ANN index of %s/%s gave a score that is no number: it is built again", org, kind)
 
     def registered(self, org: str, kind: str) -> bool:
@@ -329,7 +336,9 @@ class AnnIndexes:
                         leftover.unlink()
                 _log.warning("the ANN index of %s/%s cannot be saved beside the database (%s): it serves from memory",
                              org, kind, type(exc).__name__)  # fmt: skip
+                self._unsaved[(org, kind)] = time.monotonic()
                 return None
+            self._unsaved.pop((org, kind), None)
         with self._write() as db:
             db.execute("UPDATE vector_indexes SET saved_seq = max(saved_seq, ?) WHERE org = ? AND kind = ?", (seq, org, kind))
             db.execute("DELETE FROM vector_log WHERE org = ? AND kind = ? AND seq <= ?", (org, kind, seq))
@@ -401,6 +410,9 @@ class AnnIndexes:
                 "SELECT count(*) FROM (SELECT 1 FROM vector_log WHERE org = ? AND kind = ? AND seq > ? LIMIT ?)",
                 (org, kind, state[0], self.compact_after),
             ).fetchone()[0]
+            failed = self._unsaved.get((org, kind))
+            if failed is not None and time.monotonic() - failed < _RETRY_SAVE:
+                return  # no file can be written just now: the index in memory follows the log, nothing to fold into
             if pending >= self.compact_after:
                 self.compact(org, kind)
 

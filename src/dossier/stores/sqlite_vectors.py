@@ -130,6 +130,8 @@ class SQLiteVectors:
         found = self._ann_search(kind, org, queries, limit, parents, share, hidden)
         if all(math.isfinite(score) for hits in found if hits for _, _, score in hits):
             return found
+        if not all(np.isfinite(q).all() for q in queries):  # the question's own vector has no number: not the file
+            return found
         self.ann.discard(org, kind)
         return None
 
