@@ -229,7 +229,8 @@ class Client(_Base):
         return self._send(self._result(call_id, wait))
 
     def feedback(self, call_id: str, rating: int, comment: str | None = None) -> Feedback:
-        """Rate one of the org's calls, 1-5, with an optional comment."""
+        """Rate one of this key's caller's calls (any of the org's for the admin role), 1-5, with an optional
+        comment."""
         return self._send(self._feedback(self.org, call_id, rating, comment))
 
     def remember(self, record: str | RecordRef | Mapping[str, Any], text: str, *,

@@ -84,10 +84,10 @@ class ErrorBody(BaseModel):
 _WHY = {
     401: "No API key, or a malformed, unknown or revoked one (with `WWW-Authenticate: Bearer`).",
     403: "An item written into another org; a bundle without the admin role.",
-    404: "An unknown call of your org.",
+    404: "An unknown call, or another org's or another caller's (the admin role reads any of its org's).",
     413: "The body is over this route's limit; refused before it is parsed.",
     422: "An invalid body or parameter: not UTF-8 or not JSON, nested too deeply, a number out of range, a lone "
-         "surrogate, a wrong type, an unknown field, a value out of its limits; a broken bundle.",
+         "surrogate or a NUL character, a wrong type, an unknown field, a value out of its limits; a broken bundle.",
     502: "A model provider failed.",
     503: "The store is unavailable.",
 }  # fmt: skip
@@ -251,20 +251,21 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
              responses=_responses(401, 403, 404, 422, 503))  # fmt: skip
     def get_call(call_id: str, wait: float = Query(0.0, ge=0, le=30, allow_inf_nan=False),
                  who: Principal = Depends(principal)) -> dict[str, Any]:  # fmt: skip
-        """An earlier call of your org: its audited shape and, for your own `deferred` call, its
-        `synthesis` (`pending: true` while it runs; `?wait=S` waits up to S seconds, at most 30)."""
+        """One of your earlier calls (any of your org's for the admin role): its audited shape and, for your
+        own `deferred` call, its `synthesis` (`pending: true` while it runs; `?wait=S` waits up to S seconds, at
+        most 30)."""
         return service.call(who, call_id, wait=wait)
 
     @app.get("/v1/calls/{call_id}/feedback", tags=["feedback"], response_model=list[FeedbackRow],
              responses=_responses(401, 403, 404, 422, 503))  # fmt: skip
     def get_feedback(call_id: str, who: Principal = Depends(principal)) -> list[dict[str, Any]]:
-        """The ratings given to one of your org's calls."""
+        """The ratings given to one of your calls (any of your org's for the admin role)."""
         return [_feedback(f) for f in service.feedback_for(who, call_id)]
 
     @app.post("/v1/feedback", status_code=201, tags=["feedback"], response_model=FeedbackRow,
               responses=_responses(401, 403, 404, 413, 422, 503))  # fmt: skip
     def post_feedback(body: FeedbackRequest, who: Principal = Depends(principal)) -> dict[str, Any]:
-        """Rate one of your org's calls (1-5), with an optional comment."""
+        """Rate one of your calls (any of your org's for the admin role), 1-5, with an optional comment."""
         return _feedback(service.feedback(who, body))
 
     @app.get("/v1/usage", tags=["service"], response_model=Usage, responses=_responses(*authed))
