@@ -39,3 +39,18 @@ def test_opening_a_current_store_writes_nothing_so_a_read_only_file_can_be_read(
         assert again.get_org(org="nowhere") is None
     finally:
         again.close()
+
+
+def test_a_file_of_a_newer_dossier_is_refused_before_any_write_is_tried(tmp_path: Path) -> None:
+    """Said on the read that finds it, so a file that cannot be written gets the same answer."""
+    import pytest
+
+    import dossier
+
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()
+    db = connect(str(path))
+    db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    db.close()
+    with pytest.raises(dossier.SchemaMismatch, match="schema version 999.*upgrade dossier"):
+        SQLiteStore(path)

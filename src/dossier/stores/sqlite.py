@@ -142,7 +142,11 @@ class SQLiteStore:
             if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
                 return False
             rows = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('schema_version', 'store_id')").fetchall())
-        return rows.get("schema_version") == str(SCHEMA_VERSION) and "store_id" in rows
+        version = str(rows.get("schema_version", "0"))
+        if version.isdigit() and int(version) > SCHEMA_VERSION:  # said before any write is tried
+            raise SchemaMismatch(f"{self.path} has schema version {version}; this dossier knows up to {SCHEMA_VERSION}: "
+                                 "upgrade dossier")  # fmt: skip
+        return version == str(SCHEMA_VERSION) and "store_id" in rows
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
