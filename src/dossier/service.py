@@ -36,7 +36,7 @@ from .bundle import LABEL_MAX, MEMORY_TEXT_MAX, TITLE_MAX, Document, Id, Identif
 from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError, http_status
 from .identifiers import NUL_MESSAGE, IdentifierKind, clip, nul_path
 from .loading import LoadReport, document_from_markdown
-from .pipeline.visibility import verdict
+from .pipeline.visibility import shown_records, verdict
 from .retrieve import parse_request
 from .schema import RecordRef, RetrieveRequest, RetrieveResponse
 from .stores.service_base import ApiKey, AuditRow, Feedback, LedgerEntry, ServiceStore, UsageLine
@@ -406,18 +406,12 @@ class Service:
             # such a record (directly or not) would take its data out from under the deletion
             targets = [str(i["merged_into"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("merged_into"), str)]
             self._refuse_pending_deletion(principal, [*ids, *targets])
-            self._refuse_pending_deletion(principal, self._merge_chains(principal, ids))
+            stored = {r.id for r in self.engine.store.get_records(ids, org=principal.org)}
+            hidden = stored - shown_records(self.engine.store, sorted(stored), org=principal.org)
+            if hidden:
+                raise UsageError(f"record {min(hidden)!r} is merged into a record pending deletion: nothing can be "
+                                 "added to it")  # fmt: skip
         return self.engine.load_bundle({"records": items})
-
-    def _merge_chains(self, principal: Principal, record_ids: list[str]) -> list[str]:
-        """Every record the stored rows of ``record_ids`` are merged into, directly or not."""
-        out: list[str] = []
-        frontier = [r.merged_into for r in self.engine.store.get_records(record_ids, org=principal.org) if r.merged_into]
-        while frontier and len(out) < 20 * max(1, len(record_ids)):
-            out += [f for f in frontier if f not in out]
-            frontier = [r.merged_into for r in self.engine.store.get_records(frontier, org=principal.org)
-                        if r.merged_into and r.merged_into not in out]  # fmt: skip
-        return out
 
     def _refuse_pending_deletion(self, principal: Principal, record_ids: Iterable[str]) -> None:
         """A record pending deletion is the admin's alone: nothing can be added to it, moved off it or merged into it."""

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..schema import SOURCE_NAMES, SourceName, item_key
 from ..pipeline.call import Call, public_error
-from ..pipeline.visibility import document_verdict
+from ..pipeline.visibility import document_verdict, shown_records
 from .session import screen_page
 
 
@@ -91,7 +91,7 @@ def _govern_records(call: Call, source: SourceName, owners: Callable[[Any], list
         return
     ids = sorted({rid for item in items for rid in owners(item)})
     try:
-        live = _live(call, ids)
+        live = shown_records(call.store, ids, org=call.org)
     except Exception as exc:  # noqa: BLE001 - fail closed
         call.candidates[source] = []
         call.fail(source, f"visibility check failed: {public_error(exc)}")
@@ -104,26 +104,3 @@ def _govern_records(call: Call, source: SourceName, owners: Callable[[Any], list
             call.note(source, item_key(item), "govern", "dropped", "record_hidden")
     call.candidates[source] = kept
 
-
-def _live(call: Call, ids: list[str]) -> set[str]:
-    """Those of ``ids`` that exist and are not hidden by a deletion: neither pending deletion themselves nor
-    merged (directly or not) into a record that is (it is hidden with what was merged into it)."""
-    rows = {r.id: r for r in call.store.get_records(ids, org=call.org)}
-    ahead = {r.merged_into for r in rows.values() if r.merged_into} - set(rows)
-    while ahead:  # the records they are merged into, read a hop at a time
-        found = call.store.get_records(sorted(ahead), org=call.org)
-        rows.update((r.id, r) for r in found)
-        ahead = {r.merged_into for r in found if r.merged_into} - set(rows)
-
-    def shown(record_id: str) -> bool:
-        row, seen = rows.get(record_id), set()
-        if row is None:
-            return False
-        while row is not None and row.id not in seen:
-            if row.pending_deletion:
-                return False
-            seen.add(row.id)
-            row = rows.get(row.merged_into or "")
-        return True
-
-    return {i for i in ids if shown(i)}

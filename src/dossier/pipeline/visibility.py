@@ -3,7 +3,7 @@ every expand page alike."""
 
 from __future__ import annotations
 
-from typing import Collection, Protocol
+from typing import Any, Collection, Protocol, Sequence
 
 from .call import Call
 
@@ -42,3 +42,28 @@ def verdict(document: Guarded | None, *, org: str, roles: Collection[str], recor
     if document.attached_record is not None and document.attached_record not in record_ids:
         return "attached_to_other_record"
     return None
+
+
+def shown_records(store: Any, ids: Sequence[str], *, org: str) -> set[str]:
+    """Those of ``ids`` that exist and are not hidden by a deletion: neither pending deletion themselves nor
+    merged (directly or not) into a record that is (it is hidden with what was merged into it). ``store``
+    is a :class:`~dossier.stores.base.Store`; the chains are read a hop at a time."""
+    rows = {r.id: r for r in store.get_records(list(ids), org=org)}
+    ahead = {r.merged_into for r in rows.values() if r.merged_into} - set(rows)
+    while ahead:
+        found = store.get_records(sorted(ahead), org=org)
+        rows.update((r.id, r) for r in found)
+        ahead = {r.merged_into for r in found if r.merged_into} - set(rows)
+
+    def shown(record_id: str) -> bool:
+        row, seen = rows.get(record_id), set()
+        if row is None:
+            return False
+        while row is not None and row.id not in seen:
+            if row.pending_deletion:
+                return False
+            seen.add(row.id)
+            row = rows.get(row.merged_into or "")
+        return True
+
+    return {i for i in ids if shown(i)}
