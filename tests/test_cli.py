@@ -355,6 +355,14 @@ def test_an_empty_record_option_is_refused_not_dropped(tmp_path: Path, db: str, 
     assert line.startswith(f"error: invalid request: record.{field}:"), line
 
 
+@pytest.mark.parametrize("value", ["", " , "])
+def test_a_fetch_option_naming_no_document_is_refused_not_dropped(tmp_path: Path, db: str, value: str) -> None:
+    assert run("load", _write(tmp_path / "bundle.json", bundle()), "--db", db).exit_code == 0
+    result = run("retrieve", "--org", "acme", "--caller", "c-sales", "--fetch", value, "-m", "discounts?", "--db", db)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [f"error: --fetch {value!r} names no document id"]
+
+
 # -- output paths ----------------------------------------------------------------------------------------
 DATASET = Path(__file__).resolve().parents[1] / "examples" / "eval" / "sample-questions.json"
 

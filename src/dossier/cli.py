@@ -396,8 +396,10 @@ def retrieve(
                 body[key] = value
         if budget is not None:
             body.setdefault("budget", {})["totalTokens"] = budget
-        if fetch:
+        if fetch is not None:
             body["fetch"] = [f.strip() for f in fetch.split(",") if f.strip()]
+            if not body["fetch"]:
+                raise UsageError(f"--fetch {fetch!r} names no document id")
         if trace:
             body["trace"] = True
         if synthesize or deferred:
