@@ -62,6 +62,31 @@ def test_invalid_values_raise_value_error(kind: str, value: str) -> None:
         normalize(kind, value)
 
 
+# a host name holds at most 253 characters and 63 between dots, an email address 254 (RFC 1035, RFC 5321): longer
+# ones are no identifiers, and a store's index entry of a record's website or domain stays small
+LABEL, HOST = "a" * 63, ".".join(["a" * 63] * 3) + "." + "b" * 57 + ".com"  # 63 and 253 characters
+
+
+@pytest.mark.parametrize(("kind", "value"), [
+    ("website", LABEL + ".com"), ("website", HOST), ("profile_url", HOST + "/in/jane"),
+    ("email", "j" * 64 + "@" + LABEL + ".com"), ("email", "j@" + "b" * 63 + "." + "c" * 63 + "." + "d" * 63 + "." + "e" * 55 + ".com"),
+])  # fmt: skip
+def test_the_longest_host_label_and_email_a_standard_allows_are_identifiers(kind: str, value: str) -> None:
+    assert normalize(kind, value) == normalize(kind, normalize(kind, value))
+
+
+@pytest.mark.parametrize(("kind", "value", "says"), [
+    ("website", "a" * 64 + ".com", "253 characters, 63 between dots"),
+    ("website", "a" + HOST, "253 characters, 63 between dots"),
+    ("profile_url", "a" + HOST + "/in/jane", "253 characters, 63 between dots"),
+    ("email", "j@" + "a" * 64 + ".com", "254 characters, 63 between the dots"),
+    ("email", "j" * 250 + "@acme.com", "254 characters, 63 between the dots"),
+])  # fmt: skip
+def test_a_longer_host_label_or_email_is_refused_saying_the_limit(kind: str, value: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        normalize(kind, value)
+
+
 @pytest.mark.parametrize(
     "email, domain",
     [("jane@acme.com", "acme.com"), ("bob@eu.acme.co.uk", "acme.co.uk"), ("joe@gmail.com", None), ("x@proton.me", None)],

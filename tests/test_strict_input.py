@@ -298,6 +298,13 @@ def test_a_request_is_strict_about_types_and_fields(body: dict, field: str) -> N
     assert field in str(caught.value)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_budget_share_that_is_not_a_finite_number_is_refused_as_such(value: float) -> None:
+    with pytest.raises(dossier.InvalidRequest) as caught:  # NaN was "should be less than or equal to 1"
+        parse_request({"message": "hi", "budget": {"shares": {"documents": value}}})
+    assert caught.value.field == "budget.shares.documents" and str(caught.value).endswith("should be a finite number")
+
+
 def test_booleans_and_numbers_of_the_right_type_pass() -> None:
     request = parse_request({"message": "hi", "trace": True, "sources": {"memories": False, "graph": None},
                             "budget": {"totalTokens": 500, "shares": {"memories": 1, "documents": 0.5}}})  # fmt: skip
@@ -372,6 +379,17 @@ def test_a_date_out_of_range_in_utc_is_a_problem_not_a_crash(engine: dossier.Eng
     data["memories"][0]["created_at"] = value
     [problem] = _problems(engine, data)
     assert "out of range" in str(problem)
+
+
+def test_a_document_visible_to_an_empty_list_of_roles_is_refused_and_null_is_the_whole_org(engine: dossier.Engine) -> None:
+    data = bundle()
+    data["documents"][0]["visible_to_roles"] = []  # no caller would ever see it: a mistake for null
+    [problem] = _problems(engine, data)
+    assert problem.item_id == data["documents"][0]["id"] and str(problem).endswith("visible_to_roles: names no role: "
+        "null lets the whole org see the document, or list the roles that may")  # fmt: skip
+    assert engine.store.get_org(org="acme") is None
+    data["documents"][0]["visible_to_roles"] = None
+    assert engine.load_bundle(data).inserted["documents"] == len(data["documents"])
 
 
 def test_a_bundle_file_with_a_lone_surrogate_escape_is_refused_and_a_pair_loads(engine: dossier.Engine, tmp_path: Path) -> None:

@@ -213,6 +213,13 @@ class Document(_Item):
     is_system: StrictBool = False
     sections: tuple[Section, ...] = Field(min_length=1)
 
+    @field_validator("visible_to_roles")
+    @classmethod
+    def _names_a_role(cls, roles: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if roles is not None and not roles:  # no caller has no role: the document would be seen by nobody
+            raise ValueError("names no role: null lets the whole org see the document, or list the roles that may")
+        return roles
+
 
 class Edge(_Item):
     id: Id

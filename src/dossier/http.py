@@ -360,9 +360,10 @@ class BodyError(Exception):
 
 def _route(request: Request) -> str:
     """The route template of a request (``GET /v1/calls/{call_id}``), never its raw path; ``?`` when no
-    route matched (an unknown path is the caller's text)."""
+    route matched (an unknown path is the caller's text). ``/mcp`` is its own template: its POST-only
+    route is Starlette's, which names no route in the scope when it refuses another method."""
     route = request.scope.get("route")
-    path = getattr(route, "path", None)
+    path = getattr(route, "path", None) or ("/mcp" if request.url.path == "/mcp" else None)
     return f"{request.method} {path}" if path else f"{request.method} ?"
 
 

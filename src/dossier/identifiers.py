@@ -17,6 +17,8 @@ IdentifierKind = Literal["email", "phone", "website", "profile_url"]
 IDENTIFIER_KINDS: tuple[IdentifierKind, ...] = ("email", "phone", "website", "profile_url")
 #: The longest identifier accepted (characters, before normalising): URLs longer than this are not links.
 IDENTIFIER_MAX = 2048
+#: the longest host name, label (between dots) and email address a standard allows (RFC 1035, RFC 5321)
+HOST_MAX, LABEL_MAX, EMAIL_MAX = 253, 63, 254
 #: The most characters of a caller's input that an error message quotes.
 ECHO_MAX = 100
 
@@ -85,6 +87,9 @@ def normalize_email(value: str) -> str:
     email = value.strip().lower()
     if not _EMAIL.match(email):
         raise ValueError(f"not an email address: {clip(value)}")
+    if len(email) > EMAIL_MAX or max(map(len, email.rsplit("@", 1)[1].split("."))) > LABEL_MAX:
+        raise ValueError(f"not an email address (at most {EMAIL_MAX} characters, {LABEL_MAX} between the dots of its "
+                         f"domain): {clip(value)}")  # fmt: skip
     return email
 
 
@@ -104,6 +109,9 @@ def _host(value: str) -> tuple[str, str]:
     labels = host.split(".")
     if len(labels) < 2 or not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
         raise ValueError(f"not a website or URL: {clip(value)}")
+    if len(host) > HOST_MAX or max(map(len, labels)) > LABEL_MAX:
+        raise ValueError(f"not a website or URL (a host name has at most {HOST_MAX} characters, {LABEL_MAX} between "
+                         f"dots): {clip(value)}")  # fmt: skip
     if host.startswith("www."):
         host = host[4:]
     return host, parts.path

@@ -71,7 +71,7 @@ class SourceFlags(_Strict):
 
 class Budget(_Strict):
     totalTokens: StrictInt = Field(default=8000, ge=1, le=MAX_BUDGET, description="UTF-8 bytes of packed context")
-    shares: dict[SourceName, Annotated[StrictFloat, Field(ge=0.0, le=1.0)]] | None = None
+    shares: dict[SourceName, Annotated[StrictFloat, Field(ge=0.0, le=1.0, allow_inf_nan=False)]] | None = None
 
 
 Label = Annotated[str, Field(max_length=LABEL_MAX)]

@@ -210,6 +210,8 @@ def test_a_bundle_with_nothing_loadable_is_refused_and_a_bundle_lists_what_it_ig
     assert refused.status_code == 422, refused.text
     detail = error_of(refused)
     assert "nothing to load" in detail["message"] and "widgets" in detail["message"] and detail["problems"]
+    robot = send(http, live, "/v1/bundles", {"records": [{"id": "rec-robot", "kind": "robot"}]}, caller="admin")
+    assert robot.status_code == 422 and error_of(robot)["field"] == "record:rec-robot"  # kind:id (docs/service.md)
     record = {"id": "rec-bundled", "kind": "contact", "identifiers": {"fax": "+1 415"}, "colour": "teal"}
     loaded = send(http, live, "/v1/bundles", {"records": [record], "widgets": [{"id": "w1"}]}, caller="admin")
     assert loaded.status_code == 200, loaded.text
@@ -322,7 +324,8 @@ def test_every_refused_request_is_audited_by_its_field_name_only(http: httpx.Cli
     assert refusals(live, 1)[0] | {"invalid_field": None} == {
         "error": "NotFound", "outcome": "error", "route": "GET /v1/calls/{call_id}", "status": 404, "invalid_field": None}
     assert http.get("/mcp", headers=live.auth("ana")).status_code == 405
-    assert refusals(live, 1)[0]["error"] == "MethodNotAllowed"
+    assert refusals(live, 1)[0] | {"invalid_field": None} == {
+        "error": "MethodNotAllowed", "outcome": "error", "route": "GET /mcp", "status": 405, "invalid_field": None}
     audit = table_text(live.db, "audit")
     assert secret not in audit and "jane" not in audit and "0" * 32 not in audit
 

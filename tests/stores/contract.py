@@ -131,7 +131,7 @@ def world(org: str) -> dict[str, list[Any]]:
             ),
         ),
         Document(
-            id="d-refunds", org=org, title="Refund terms for Jane", doc_type="contract", visible_to_roles=(),
+            id="d-refunds", org=org, title="Refund terms for Jane", doc_type="contract", visible_to_roles=("legal",),
             attached_record="r-jane",
             sections=(Section(id="s-refund-window", heading="Window",
                               text="Refunds are issued within 30 days of cancellation."),),

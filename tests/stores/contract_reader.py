@@ -84,7 +84,7 @@ class ReaderContract:
         discounts, _, refunds, system = store.get_documents(_ids(items["documents"]), org="acme")
         assert _ids(discounts.sections) == ["s-disc-limits", "s-disc-prepay"]
         assert discounts.visible_to_roles == ("sales",) and discounts.tags == ("pricing", "sales")
-        assert refunds.visible_to_roles == () and refunds.attached_record == "r-jane"  # nobody but the record's view
+        assert refunds.visible_to_roles == ("legal",) and refunds.attached_record == "r-jane"
         assert items["documents"][1].visible_to_roles is None  # whole org ...
         assert store.get_documents(["d-education"], org="acme")[0].visible_to_roles is None  # ... stays whole org
         assert system.is_system and not discounts.is_system
@@ -107,7 +107,7 @@ class ReaderContract:
         found = store.restricted_documents(org="acme")
         assert [(d.id, d.org, d.visible_to_roles, d.attached_record, d.is_system) for d in found] == [
             ("d-discounts", "acme", ("sales",), None, False),
-            ("d-refunds", "acme", (), "r-jane", False),
+            ("d-refunds", "acme", ("legal",), "r-jane", False),
             ("d-system", "acme", None, None, True),
         ]
         assert [d.id for d in store.restricted_documents(org="beta")] == ["d-zebra"]
