@@ -718,11 +718,15 @@ def calibrate(
             fits = _fit_rankers(data, orgs)
             with dossier.open(url) as target:
                 for org in orgs:
-                    own = {"thresholds": dataclasses.asdict(result.thresholds)}
+                    own: dict[str, Any] = {"thresholds": dataclasses.asdict(result.thresholds)}
+                    reason = fits[org].reason
                     if fits[org].spec is not None:
                         own["rankers"] = {"sections": fits[org].spec}
+                    elif ((target.store.get_settings(org=org) or {}).get("rankers") or {}).get("sections"):
+                        # the org's other settings, and a ranker fitted earlier, are kept (save_org_settings merges)
+                        reason = reason.replace("the shipped ranker stays", "the org's ranker fitted earlier stays")
                     target.save_org_settings(org, own)
-                    console.print(f"{org}: section ranker: {fits[org].reason}", markup=False)
+                    console.print(f"{org}: section ranker: {reason}", markup=False)
             console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {redacted_url(url)}",
                           markup=False)  # fmt: skip
 

@@ -206,10 +206,14 @@ class Client(_Base):
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
 
     def _send(self, call: _Call[T]) -> T:
+        if self._http.is_closed:
+            raise UsageError("this client is closed: make a new one")
         try:
             response = self._http.request(**self._request_args(call))
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
+        except RuntimeError as exc:  # httpx's own refusals of a client it cannot use
+            raise UsageError(f"the request could not be sent: {exc}") from exc
         return self._answer(call, response)
 
     @property
@@ -269,10 +273,14 @@ class AsyncClient(_Base):
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
 
     async def _send(self, call: _Call[T]) -> T:
+        if self._http.is_closed:
+            raise UsageError("this client is closed: make a new one")
         try:
             response = await self._http.request(**self._request_args(call))
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
+        except RuntimeError as exc:  # a closed client, or one used from another event loop than its first
+            raise UsageError(f"the request could not be sent ({exc}): an AsyncClient serves one event loop") from exc
         return self._answer(call, response)
 
     async def org(self) -> str:
@@ -352,6 +360,8 @@ def _problem(line: str) -> Problem:
 def _segment(value: str) -> str:
     """``value`` as one path segment, percent-encoded (``?``, ``#``, ``%``, spaces, non-ASCII), so the server
     gets it whole. One with ``/`` is refused: the server decodes ``%2F`` before routing."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"a call id is a string, not {type(value).__name__}", field="call_id")
     if not value or "/" in value or value in (".", ".."):
         raise InvalidRequest(f"invalid call id {value[:100]!r}", field="call_id")
     return quote(value, safe="")

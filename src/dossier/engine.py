@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -10,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from .bundle import Bundle, Document
-from .errors import UsageError
+from .errors import ConfigError, DossierError, StoreError, UsageError
 from .layers.model_steps import ModelAugmenter, ModelFilterInferrer, ModelSelector
 from .layers.sections import HeuristicSelector, Selector
 from .layers.synthesize import DeferredResults
@@ -31,6 +32,9 @@ from .sources.properties import PropertiesSource
 from .stores import store_from_url
 from .stores.base import Store
 from .stores.service_base import ServiceStore, service_store_from_url
+
+#: Seconds an engine uses what it read of an org's stored settings before reading them again (Engine.settings_ttl).
+SETTINGS_TTL = 5.0
 
 
 class Engine:
@@ -62,6 +66,10 @@ class Engine:
         self.external: dict[str, ExternalAdapter] = {}
         self.sources = (PropertiesSource(), MemoriesSource(), DocumentsSource(), GraphSource(), ExternalSource(self.external))
         self.org_settings: dict[str, Settings] = {}
+        #: org -> (when read, the settings stored for it, those merged over the engine's): settings_for
+        self._stored_settings: dict[str, tuple[float, dict[str, Any] | None, Settings]] = {}
+        #: seconds a read of an org's stored settings is used before it is read again
+        self.settings_ttl = SETTINGS_TTL
         self._service_store: ServiceStore | None = None
         self._service_lock = threading.Lock()
         self._background: ThreadPoolExecutor | None = None
@@ -104,18 +112,44 @@ class Engine:
             self.selector = ModelSelector(self.llm)
 
     def settings_for(self, org: str) -> Settings:
-        """The settings of ``org``: set on this engine, else stored for the org (``dossier calibrate
-        --write``) merged over the engine's, else the engine's."""
-        if org not in self.org_settings:
-            stored = self.store.get_settings(org=org)
-            self.org_settings[org] = self.settings.merged(stored) if stored else self.settings
-        return self.org_settings[org]
+        """The settings of ``org``: set on this engine (``org_settings``), else stored for the org (``dossier
+        calibrate --write``, :meth:`save_org_settings`) merged over the engine's, else the engine's. What is
+        stored is read again once ``settings_ttl`` seconds have passed since it was last read, so settings
+        stored by another process (a calibration, another worker) apply to this one's calls within that."""
+        if org in self.org_settings:
+            return self.org_settings[org]
+        now = time.monotonic()
+        kept = self._stored_settings.get(org)
+        if kept is None or now - kept[0] >= self.settings_ttl:
+            try:
+                stored = self.store.get_settings(org=org)
+                if kept is not None and stored == kept[1]:
+                    merged = kept[2]
+                else:
+                    merged = self.settings.merged(stored) if stored else self.settings
+            except (DossierError, ValueError, TypeError, AttributeError) as exc:  # a row written by hand, or by an older dossier
+                if isinstance(exc, StoreError):
+                    raise
+                raise ConfigError(f"the stored settings of org {org!r} are not valid ({exc}); store valid ones with "
+                                  "save_org_settings or dossier calibrate --write") from None  # fmt: skip
+            kept = self._stored_settings[org] = (now, stored, merged)
+        return kept[2]
 
-    def save_org_settings(self, org: str, settings: dict[str, Any]) -> Settings:
-        """Persist ``org``'s own settings (merged over the engine's on every later call) and apply them."""
-        merged = self.settings.merged(settings)  # validates before anything is stored
-        self.store.put_settings(settings, org=org)
-        self.org_settings[org] = merged
+    def save_org_settings(self, org: str, settings: dict[str, Any], *, replace: bool = False) -> Settings:
+        """Store ``org``'s own settings (merged over the engine's on every later call) and apply them. They are
+        merged into what is stored for the org already: a group (``thresholds``, ``shares``, ``service``)
+        setting by setting, any other setting whole, so that storing service limits keeps a calibration and
+        the reverse. ``replace`` stores ``settings`` alone instead."""
+        stored = {} if replace else dict(self.store.get_settings(org=org) or {})
+        for name, value in settings.items():
+            groups = ("thresholds", "shares", "service")
+            if name in groups and isinstance(value, Mapping) and isinstance(stored.get(name), Mapping):
+                stored[name] = {**stored[name], **value}
+            else:
+                stored[name] = value
+        merged = self.settings.merged(stored)  # validates (names and types) before anything is stored
+        self.store.put_settings(stored, org=org)
+        self._stored_settings[org] = (time.monotonic(), stored, merged)
         return merged
 
     def register_external(self, adapter: ExternalAdapter) -> None:

@@ -36,7 +36,7 @@ from .bundle import LABEL_MAX, MEMORY_TEXT_MAX, TITLE_MAX, Document, Id, Identif
 from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError, http_status
 from .identifiers import NUL_MESSAGE, IdentifierKind, clip, nul_path
 from .loading import LoadReport, document_from_markdown
-from .pipeline.visibility import shown_records, verdict
+from .pipeline.visibility import preferred, shown_records, survivor, verdict
 from .retrieve import parse_request
 from .schema import RecordRef, RetrieveRequest, RetrieveResponse
 from .stores.service_base import ApiKey, AuditRow, Feedback, LedgerEntry, ServiceStore, UsageLine
@@ -337,8 +337,11 @@ class Service:
         return row
 
     def feedback_for(self, principal: Principal, call_id: str) -> list[Feedback]:
+        """The feedback on one of the principal's own calls: its own, and for the admin role everyone's (the
+        admin's comment on another caller's call may quote what that caller may not see)."""
         self._own_call(principal, call_id)
-        return self.store.get_feedback(call_id, org=principal.org)
+        rows = self.store.get_feedback(call_id, org=principal.org)
+        return rows if self._is_admin(principal) else [r for r in rows if r.caller == principal.caller]
 
     def usage(self, org: str, *, since: float | None = None, until: float | None = None) -> list[UsageLine]:
         return self.store.usage(org=org, since=since, until=until)
@@ -405,19 +408,21 @@ class Service:
             # merging a record into one pending deletion adds its data to that record; rewriting one merged into
             # such a record (directly or not) would take its data out from under the deletion
             targets = [str(i["merged_into"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("merged_into"), str)]
-            self._refuse_pending_deletion(principal, [*ids, *targets])
-            stored = {r.id for r in self.engine.store.get_records(ids, org=principal.org)}
-            hidden = stored - shown_records(self.engine.store, sorted(stored), org=principal.org)
-            if hidden:
-                raise UsageError(f"record {min(hidden)!r} is merged into a record pending deletion: nothing can be "
-                                 "added to it")  # fmt: skip
+            self._refuse_hidden_by_deletion(principal, [*ids, *targets])
         return self.engine.load_bundle({"records": items})
 
-    def _refuse_pending_deletion(self, principal: Principal, record_ids: Iterable[str]) -> None:
-        """A record pending deletion is the admin's alone: nothing can be added to it, moved off it or merged into it."""
-        for record in self.engine.store.get_records(sorted(set(record_ids)), org=principal.org):
+    def _refuse_hidden_by_deletion(self, principal: Principal, record_ids: Iterable[str]) -> None:
+        """A record hidden by a deletion (pending deletion, or merged directly or not into such a record) is the
+        admin's alone: nothing can be added to it, moved off it or merged into it. ``record_ids`` are ids the
+        caller named."""
+        store = self.engine.store
+        rows = store.get_records(sorted(set(record_ids)), org=principal.org)
+        for record in rows:
             if record.pending_deletion:
                 raise UsageError(f"record {record.id!r} is pending deletion: nothing can be added to it")
+        hidden = {r.id for r in rows} - shown_records(store, [r.id for r in rows], org=principal.org)
+        if hidden:
+            raise UsageError(f"record {min(hidden)!r} is merged into a record pending deletion: nothing can be added to it")
 
     def add_memories(self, principal: Principal, memories: Iterable[NewMemory | Mapping[str, Any]]) -> list[Memory]:
         out = []
@@ -431,15 +436,18 @@ class Service:
                 raise _invalid(Memory, exc) from None
         # a record that is not in this org (unknown, or another org's: the same answer) is named by its field,
         # before the write; the bundle check would name the memory by an id the caller may not have sent
-        known = {r.id: r for r in self.engine.store.get_records(list({m.record for m in out}), org=principal.org)}
+        store = self.engine.store
+        known = {r.id: r for r in store.get_records(list({m.record for m in out}), org=principal.org)}
         for n, m in enumerate(out):
             if m.record not in known:
                 field = "record" if len(out) == 1 else f"{n}.record"
                 raise InvalidRequest(f"{field}: no record {clip(m.record)} in this org", field=field)
-            if known[m.record].pending_deletion:  # as remember() says it
-                raise UsageError(f"record {m.record!r} is pending deletion: nothing can be added to it")
+        self._refuse_hidden_by_deletion(principal, known)  # as remember() says it, for every caller
         if not self._is_admin(principal):  # rewriting a memory by its id would move it off its record
-            self._refuse_pending_deletion(principal, [m.record for m in self.engine.store.get_memories([m.id for m in out], org=principal.org)])
+            owners = {m.id: m.record for m in store.get_memories([m.id for m in out], org=principal.org)}
+            hidden = set(owners.values()) - shown_records(store, sorted(set(owners.values())), org=principal.org)
+            for memory_id in sorted(i for i, owner in owners.items() if owner in hidden):  # its owner is not named
+                raise Forbidden(f"memory {memory_id!r} exists and this caller may not change it")
         self.engine.load_bundle({"memories": [m.model_dump(mode="json") for m in out]})
         return out
 
@@ -460,18 +468,11 @@ class Service:
             found = store.get_records([value], org=org)
         else:  # the request validated the identifier's kind
             found = store.find_records(cast(IdentifierKind, kind), value, org=org)
-        found = sorted(found, key=lambda r: (r.merged_into is not None, r.id))
         if not found:
             raise NotFound(f"no record with {kind} {value!r} in this org")
-        record, seen = found[0], {found[0].id}
-        # a record pending deletion ends the chain, as in a retrieve (layers/resolve.py): what is merged into it
-        # is hidden with it, and nothing is added to it
-        while record.merged_into and not record.pending_deletion and len(seen) <= 20:
-            survivors = store.get_records([record.merged_into], org=org)
-            if not survivors or survivors[0].id in seen:
-                break
-            record = survivors[0]
-            seen.add(record.id)
+        # as a retrieve resolves it (layers/resolve.py): a live record before one hidden by a deletion, and a
+        # record pending deletion ends the chain (what is merged into it is hidden with it)
+        record = survivor(store, preferred(store, found, org=org)[0], org=org)[0]
         if record.pending_deletion:
             raise UsageError(f"record {record.id!r} is pending deletion: nothing can be added to it")
         return record
@@ -501,9 +502,10 @@ class Service:
         def permitted() -> None:  # the admin may replace any document; others only those they may see
             store = self.engine.store
             existing = store.get_documents([d.id for d in out], org=principal.org)
-            self._refuse_pending_deletion(principal, [d.attached_record for d in out if d.attached_record])  # a new note
+            self._refuse_hidden_by_deletion(principal, [d.attached_record for d in out if d.attached_record])  # a new note
             attached = {d.attached_record for d in existing if d.attached_record}
-            deleted = {r.id for r in store.get_records(sorted(attached), org=principal.org) if r.pending_deletion}
+            stored = [r.id for r in store.get_records(sorted(attached), org=principal.org)]
+            deleted = set(stored) - shown_records(store, stored, org=principal.org)
             for existing_doc in existing:
                 own = [existing_doc.attached_record] if existing_doc.attached_record else []
                 if verdict(existing_doc, org=principal.org, roles=roles, record_ids=own) is not None or set(own) & deleted:

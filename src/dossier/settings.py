@@ -8,6 +8,7 @@ how the shipped defaults were chosen; ``dossier calibrate`` measures them for yo
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -144,12 +145,12 @@ class Settings:
             from .errors import ConfigError
 
             raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-        if "thresholds" in changes:
-            changes["thresholds"] = dataclasses.replace(self.thresholds, **changes["thresholds"])
-        if "shares" in changes:
-            changes["shares"] = dataclasses.replace(self.shares, **changes["shares"])
-        if "service" in changes:
-            changes["service"] = dataclasses.replace(self.service, **changes["service"])
+        for group in ("thresholds", "shares", "service"):
+            if group in changes:
+                part = getattr(self, group)
+                _check(changes[group], part, group)
+                changes[group] = dataclasses.replace(part, **changes[group])
+        _check({k: v for k, v in changes.items() if k not in ("thresholds", "shares", "service")}, self, "")
         if changes.get("semantic_memory_orgs") is not None:
             changes["semantic_memory_orgs"] = frozenset(changes["semantic_memory_orgs"])
         return dataclasses.replace(self, **changes)
@@ -158,3 +159,35 @@ class Settings:
     def for_model(cls, model_id: str, **changes: Any) -> "Settings":
         """Settings with the thresholds measured for ``model_id`` (class defaults if unknown)."""
         return cls(thresholds=THRESHOLDS.get(model_id, Thresholds()), **changes)
+
+
+def _check(changes: Any, current: Any, group: str) -> None:
+    """Refuse (``ConfigError``) a value whose type is not the setting's: a number for a number (finite, not a
+    boolean; an int where the setting is one), a boolean for a boolean, a mapping for ``rankers`` and a
+    list of org ids for ``semantic_memory_orgs`` (either may be null). A stored setting of the wrong type
+    would otherwise fail every later call of its org."""
+    from .errors import ConfigError
+
+    if not isinstance(changes, Mapping):
+        raise ConfigError(f"setting {group}: must be an object of settings, not {type(changes).__name__}")
+    names = {f.name for f in dataclasses.fields(current)}
+    for name, value in changes.items():
+        where = f"{group}.{name}" if group else name
+        if name not in names:
+            raise ConfigError(f"unknown setting: {where}")
+        default = getattr(current, name)
+        if name == "rankers":
+            ok = value is None or isinstance(value, Mapping)
+        elif name == "semantic_memory_orgs":
+            ok = value is None or (isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value))
+        elif isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else:
+            ok = True
+        if not ok:
+            raise ConfigError(f"setting {where}: {value!r:.40} is not a valid value (like {default!r:.40})")
+

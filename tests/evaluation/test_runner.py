@@ -109,10 +109,14 @@ def test_calibrate_writes_thresholds_that_later_calls_use(tmp_path: Path) -> Non
     path = tmp_path / "small.json"
     path.write_text(json.dumps(small))
     db = f"sqlite:///{tmp_path}/target.db"
+    earlier = {"service": {"max_deadline_ms": 60_000}, "rankers": {"sections": {"features": ["cosine"], "coef": [1.0]}}}
+    with dossier.open(db) as engine:  # the org's service limits, and a ranker fitted earlier, are kept
+        engine.save_org_settings("northwind", earlier)
     result = CliRunner().invoke(app, ["calibrate", str(path), "--write", "--db", db, "--json", str(tmp_path / "c.json")])
     assert result.exit_code == 0, result.output
+    assert "an org's own ranker needs at least 30: the org's ranker fitted earlier stays" in result.stdout  # 20 are too few
     recommended = json.loads((tmp_path / "c.json").read_text())["recommended"]
     with dossier.open(db) as engine:
         stored = engine.store.get_settings(org="northwind")
-        assert stored == {"thresholds": recommended}
+        assert stored == {**earlier, "thresholds": recommended}
         assert engine.settings_for("northwind").thresholds.memory_semantic == recommended["memory_semantic"]

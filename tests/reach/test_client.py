@@ -180,9 +180,9 @@ def test_a_call_id_reaches_the_server_whole(served: Served) -> None:
             with pytest.raises(dossier.NotFound) as refused:
                 client.result(call_id)
             assert str(refused.value) == f"no call {call_id!r}"
-        for call_id in ("", ".", "..", "a/b"):  # no segment, or not one: refused before anything is sent
+        for call_id in ("", ".", "..", "a/b", 12345):  # no segment, or not one: refused before anything is sent
             with pytest.raises(dossier.InvalidRequest):
-                client.result(call_id)
+                client.result(call_id)  # type: ignore[arg-type]
 
     async def run() -> list[str]:
         async with dossier.AsyncClient(served.url, served.keys["ana"]) as client:
@@ -204,6 +204,21 @@ def test_an_unreachable_service_is_store_unavailable() -> None:
             client.retrieve(BRIEF)
     with pytest.raises(dossier.UsageError):
         dossier.Client("127.0.0.1:8000", "dk_a_b")
+
+
+def test_a_closed_client_and_a_client_on_another_event_loop_raise_the_library_s_error(served: Served) -> None:
+    client = dossier.Client(served.url, served.keys["ana"])
+    client.close()
+    with pytest.raises(dossier.UsageError, match="this client is closed"):
+        client.retrieve(BRIEF)
+    reused = dossier.AsyncClient(served.url, served.keys["ana"])
+    assert asyncio.run(reused.org()) == "northwind"
+    with pytest.raises(dossier.UsageError, match="could not be sent"):  # its connections belong to the first loop
+        asyncio.run(reused.retrieve(BRIEF))
+    closed = dossier.AsyncClient(served.url, served.keys["ana"])
+    asyncio.run(closed.aclose())
+    with pytest.raises(dossier.UsageError, match="this client is closed"):
+        asyncio.run(closed.retrieve(BRIEF))
 
 
 def test_async_errors_and_writes(served: Served) -> None:

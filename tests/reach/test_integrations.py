@@ -134,3 +134,15 @@ def test_the_retrievers_refuse_a_backend_used_wrongly(served: Served, engine_of:
     with dossier.Client(served.url, "dk_nope_nope") as bad:
         with pytest.raises(dossier.Unauthorized):
             llama_index.DossierRetriever(bad).retrieve(QUESTION)
+
+
+def test_the_retrievers_refuse_what_is_no_question(served: Served, engine_of: Callable[[str], dossier.Engine]) -> None:
+    engine = engine_of(served.store_url)
+    ask = dict(backend=engine, org="northwind", caller="ana")
+    with pytest.raises(dossier.InvalidRequest, match="question is text, not NoneType"):
+        langchain.DossierRetriever(**ask).invoke(None)  # type: ignore[arg-type]
+    with pytest.raises(dossier.InvalidRequest, match="an object of one identifier"):
+        llama_index.DossierRetriever(engine, org="northwind", caller="ana", record="jane@acme.com").retrieve(QUESTION)  # type: ignore[arg-type]
+    for mode in ("fetch", "expand"):
+        with pytest.raises(dossier.InvalidRequest, match=f"mode: a retriever asks questions; '{mode}' takes none"):
+            langchain.DossierRetriever(**ask, mode=mode).invoke(QUESTION)

@@ -127,7 +127,9 @@ def test_feedback_and_results_belong_to_the_org_of_the_call(service: Service) ->
     row = service.feedback(principal("admin"), {"call_id": call_id, "rating": 4, "comment": "pricing rules were there"})
     assert (row.org, row.caller, row.rating) == ("northwind", "admin", 4)
     service.feedback(principal("ana"), {"call_id": call_id, "rating": 5})
-    assert [f.rating for f in service.feedback_for(principal("ana"), call_id)] == [4, 5]
+    # the caller reads its own feedback on its call; the admin's comment may quote what ana may not see
+    assert [(f.caller, f.rating) for f in service.feedback_for(principal("ana"), call_id)] == [("ana", 5)]
+    assert [(f.caller, f.rating) for f in service.feedback_for(principal("admin"), call_id)] == [("admin", 4), ("ana", 5)]
     assert service.call(principal("ana"), call_id)["summary"]["mode"] == "brief"
     assert service.call(principal("admin"), call_id)["summary"]["caller"] == "ana"
     for action in (
@@ -140,7 +142,7 @@ def test_feedback_and_results_belong_to_the_org_of_the_call(service: Service) ->
         for other in ("zoe", "ben"):
             with pytest.raises(NotFound, match=f"no call '{call_id}'"):
                 action(principal(other))
-    assert [f.rating for f in service.feedback_for(principal("ana"), call_id)] == [4, 5]  # nothing added by them
+    assert [f.rating for f in service.feedback_for(principal("admin"), call_id)] == [4, 5]  # nothing added by them
     with pytest.raises(NotFound):
         service.call(principal("ana"), "0" * 32)
     for body, field in (({"call_id": call_id, "rating": 9}, "rating"), ({"call_id": call_id, "rating": 3, "org": "x"}, "org")):
@@ -194,8 +196,9 @@ def test_nothing_is_moved_off_merged_into_or_attached_to_a_record_pending_deleti
     store = service.engine.store
     [george_memory] = store.get_memories(["mem-0163"], org="northwind")
     assert george_memory.record == "rec-george"
-    with pytest.raises(dossier.UsageError, match="pending deletion"):  # rewritten under another record: moved off his
+    with pytest.raises(Forbidden, match="memory 'mem-0163' exists and this caller may not change it") as caught:
         service.add_memories(principal("ana"), [{"id": "mem-0163", "record": "rec-raj", "text": "overwritten"}])
+    assert "george" not in str(caught.value)  # rewritten under another record, it would move off his; he is not named
     with pytest.raises(dossier.UsageError, match="pending deletion"):  # merged into him
         service.add_records(principal("ana"), [{"id": "rec-jane-old", "kind": "contact", "merged_into": "rec-george"}])
     with pytest.raises(dossier.UsageError, match="pending deletion"):  # a new note about him

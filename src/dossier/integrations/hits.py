@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..errors import UsageError
+from ..errors import InvalidRequest, UsageError
 from ..schema import EdgeItem, ExternalItem, MemoryItem, PropertyItem, RetrieveResponse, SectionItem, item_key
 
 #: How a section path is joined, as the CLI prints it.
@@ -25,8 +25,19 @@ class Hit:
 
 
 def request_for(message: str, settings: Mapping[str, Any], record: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The retrieve request of one question: the retriever's settings, the message, the record if any."""
+    """The retrieve request of one question: the retriever's settings, the message, the record if any. A
+    retriever asks questions: a question that is not text, a record that is not an object of identifiers,
+    and the modes that take no question (``fetch`` needs document ids, ``expand`` a continuation) are
+    refused with :class:`~dossier.errors.InvalidRequest`."""
+    if not isinstance(message, str):
+        raise InvalidRequest(f"message: a retriever's question is text, not {type(message).__name__}", field="message")
+    if record is not None and not isinstance(record, Mapping):
+        raise InvalidRequest(f"record: an object of one identifier, such as {{'email': ...}}, not {type(record).__name__}",
+                             field="record")  # fmt: skip
     request = {k: v for k, v in settings.items() if v is not None}
+    if request.get("mode") in ("fetch", "expand"):
+        raise InvalidRequest(f"mode: a retriever asks questions; {request['mode']!r} takes none (use brief, scout or "
+                             "filter, or the engine or client for fetch and expand)", field="mode")  # fmt: skip
     request["message"] = message
     if record is not None:
         request["record"] = dict(record)

@@ -48,7 +48,7 @@ class DossierRetriever(BaseRetriever):
     ) -> None:
         super().__init__(callback_manager=callback_manager)
         self.backend = backend
-        self.record = dict(record) if record is not None else None
+        self.record = dict(record) if isinstance(record, Mapping) else record  # anything else: refused per question
         self.org, self.caller = org, caller
         self.settings: dict[str, Any] = {
             "mode": mode, "depth": depth, "sources": dict(sources) if sources else None,

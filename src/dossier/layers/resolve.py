@@ -7,9 +7,9 @@ from typing import cast
 from ..bundle import Record
 from ..identifiers import IdentifierKind, email_domain
 from ..pipeline.call import Call, Resolution, public_error
+from ..pipeline.visibility import preferred, survivor
 from ..stores.base import Store
 
-MAX_MERGE_CHAIN = 20
 IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "contact", "website": "company"}
 
 
@@ -24,8 +24,7 @@ def resolve(call: Call) -> None:
         found = store.get_records([value], org=org)
     else:
         found = store.find_records(cast(IdentifierKind, kind), value, org=org)  # the request validated it
-        expected = IDENTIFIER_KIND[kind]
-        found = sorted(found, key=lambda r: (r.kind != expected, r.merged_into is not None, r.id))
+        found = preferred(store, found, org=org, kind=IDENTIFIER_KIND[kind])
     if not found:
         call.resolution = Resolution(not_found=True)
         call.decide("resolve", detail={"not_found": f"no record with {kind} {value!r}"})
@@ -79,16 +78,9 @@ def _follow_merges(call: Call, record: Record) -> Record:
 
 
 def _survivor(call: Call, record: Record) -> tuple[Record, list[str], bool]:
-    """The record ``record`` was merged into, directly or not; the chain of ids; whether the chain broke."""
-    chain = [record.id]
-    # a record pending deletion ends the chain: it resolves to its tombstone, whatever it was merged into
-    while record.merged_into and not record.pending_deletion and len(chain) <= MAX_MERGE_CHAIN:
-        survivors = call.store.get_records([record.merged_into], org=call.org)
-        if not survivors or survivors[0].id in chain:
-            return record, chain, True
-        record = survivors[0]
-        chain.append(record.id)
-    return record, chain, False
+    """The record ``record`` was merged into, directly or not; the chain of ids; whether the chain broke (a
+    record pending deletion ends the chain: it resolves to its tombstone, whatever it was merged into)."""
+    return survivor(call.store, record, org=call.org)
 
 
 def _others(call: Call, found: list[Record], chosen: Record) -> list[str]:

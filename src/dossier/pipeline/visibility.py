@@ -3,9 +3,17 @@ every expand page alike."""
 
 from __future__ import annotations
 
-from typing import Any, Collection, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Protocol, Sequence
 
+from ..stores.base import shown_records
 from .call import Call
+
+if TYPE_CHECKING:
+    from ..bundle import Record
+
+__all__ = ["Guarded", "MAX_MERGE_CHAIN", "document_verdict", "preferred", "shown_records", "survivor", "verdict"]
+
+MAX_MERGE_CHAIN = 20
 
 
 class Guarded(Protocol):
@@ -44,26 +52,23 @@ def verdict(document: Guarded | None, *, org: str, roles: Collection[str], recor
     return None
 
 
-def shown_records(store: Any, ids: Sequence[str], *, org: str) -> set[str]:
-    """Those of ``ids`` that exist and are not hidden by a deletion: neither pending deletion themselves nor
-    merged (directly or not) into a record that is (it is hidden with what was merged into it). ``store``
-    is a :class:`~dossier.stores.base.Store`; the chains are read a hop at a time."""
-    rows = {r.id: r for r in store.get_records(list(ids), org=org)}
-    ahead = {r.merged_into for r in rows.values() if r.merged_into} - set(rows)
-    while ahead:
-        found = store.get_records(sorted(ahead), org=org)
-        rows.update((r.id, r) for r in found)
-        ahead = {r.merged_into for r in found if r.merged_into} - set(rows)
+def survivor(store: Any, record: "Record", *, org: str) -> tuple["Record", list[str], bool]:
+    """The record ``record`` was merged into, directly or not (itself when it was not); the chain of ids;
+    whether the chain broke (a hop to a record that is not there, or a loop). A record pending deletion ends
+    the chain: it stands for itself and everything merged into it, whatever it was merged into."""
+    chain = [record.id]
+    while record.merged_into and not record.pending_deletion and len(chain) <= MAX_MERGE_CHAIN:
+        found = store.get_records([record.merged_into], org=org)
+        if not found or found[0].id in chain:
+            return record, chain, True
+        record = found[0]
+        chain.append(record.id)
+    return record, chain, False
 
-    def shown(record_id: str) -> bool:
-        row, seen = rows.get(record_id), set()
-        if row is None:
-            return False
-        while row is not None and row.id not in seen:
-            if row.pending_deletion:
-                return False
-            seen.add(row.id)
-            row = rows.get(row.merged_into or "")
-        return True
 
-    return {i for i in ids if shown(i)}
+def preferred(store: Any, found: Sequence["Record"], *, org: str, kind: str | None = None) -> list["Record"]:
+    """The records one identifier names, best first: those of ``kind``, then those whose survivor is live
+    (a record hidden by a deletion never takes an identifier from a live one: its tombstone comes back only
+    when the identifier names nothing else), then those not merged away, then by id."""
+    hidden = {r.id for r in found if survivor(store, r, org=org)[0].pending_deletion}
+    return sorted(found, key=lambda r: (kind is not None and r.kind != kind, r.id in hidden, r.merged_into is not None, r.id))

@@ -52,22 +52,30 @@ class PropertiesSource:
     def _discover(self, query: SourceQuery, tools: SourceTools, found: Found) -> list[PropertyItem]:
         settings = query.settings
         floor = settings.thresholds.property_discovery
-        # records pending deletion have no property vectors (loading drops them), so none is ever a hit
-        hits = tools.store.search_vectors("property", tools.query_vector(), org=query.org,
-                                          limit=settings.discovered_records * 6)  # fmt: skip
+        # records pending deletion have no property vectors (loading drops them), so none is ever a hit; the
+        # hits of records merged away (into a live record, or into one pending deletion, and hidden with it)
+        # are passed over before they take a place or are counted, and the search reads further (once, eight
+        # times as far) when they crowd it
+        limit = settings.discovered_records * 6
+        for read in range(2):
+            hits = tools.store.search_vectors("property", tools.query_vector(), org=query.org, limit=limit)
+            rows = {r.id: r for r in tools.store.get_records(sorted({h.parent for h in hits}), org=query.org)}
+            live = {i for i, r in rows.items() if not r.pending_deletion and not r.merged_into}
+            shown = [h for h in hits if h.parent in live]
+            enough = len({h.parent for h in shown}) >= settings.discovered_records
+            if read or enough or len(hits) < limit or hits[-1].score < floor:  # nothing further would place
+                break
+            limit *= 8
         best: dict[str, list[tuple[str, float]]] = {}
-        for hit in hits:
+        for hit in shown:
             if hit.score < floor:
                 found.note("properties", hit.id, "recall", "dropped", "below_threshold", hit.score)
                 continue
             if hit.parent in best or len(best) < settings.discovered_records:
                 best.setdefault(hit.parent, []).append((hit.id[len(hit.parent) + 1 :], hit.score))  # "record/name"
-        records = tools.store.get_records(list(best), org=query.org)
+        records = [rows[i] for i in best]
         items: list[PropertyItem] = []
         for record in records:
-            if record.pending_deletion or record.merged_into:
-                found.note("properties", record.id, "recall", "dropped", "record_not_live")
-                continue
             matched = dict(best[record.id])
             for name, value in record.properties.items():
                 if name in matched:

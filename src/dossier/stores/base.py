@@ -23,7 +23,7 @@ higher is better (cosine similarity for vectors, negated BM25 for full text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Callable, Generic, Hashable, Iterable, Literal, Protocol, Sequence, TypeAlias, TypeVar,
+from typing import (TYPE_CHECKING, Any, Callable, Generic, Hashable, Iterable, Literal, Protocol, Sequence, TypeAlias, TypeVar,
                     runtime_checkable)
 
 from ..errors import OrgRequired
@@ -126,6 +126,31 @@ class RestrictedIndex(Generic[K]):
 _SHOWN_KEPT = 1_024  # viewers' answers a RestrictedIndex keeps
 
 
+def shown_records(store: Any, ids: Sequence[str], *, org: str) -> set[str]:
+    """Those of ``ids`` that exist and are not hidden by a deletion: neither pending deletion themselves nor
+    merged (directly or not) into a record that is (it is hidden with what was merged into it). ``store``
+    is a :class:`Store`; the chains are read a hop at a time."""
+    rows = {r.id: r for r in store.get_records(list(ids), org=org)}
+    ahead = {r.merged_into for r in rows.values() if r.merged_into} - set(rows)
+    while ahead:
+        found = store.get_records(sorted(ahead), org=org)
+        rows.update((r.id, r) for r in found)
+        ahead = {r.merged_into for r in found if r.merged_into} - set(rows)
+
+    def shown(record_id: str) -> bool:
+        row, seen = rows.get(record_id), set()
+        if row is None:
+            return False
+        while row is not None and row.id not in seen:
+            if row.pending_deletion:
+                return False
+            seen.add(row.id)
+            row = rows.get(row.merged_into or "")
+        return True
+
+    return {i for i in ids if shown(i)}
+
+
 @dataclass(frozen=True, slots=True)
 class EdgeHop:
     edge: Edge
@@ -137,21 +162,33 @@ class EdgeHop:
 HopReader: TypeAlias = "Callable[[list[str], int], tuple[list[Edge], bool]]"
 
 
-def walk_edges(record_ids: Sequence[str], *, max_hops: int, limit: int, read_hop: HopReader) -> list[EdgeHop]:
+def walk_edges(record_ids: Sequence[str], *, max_hops: int, limit: int, read_hop: HopReader,
+               shown: Callable[[list[str]], set[str]] | None = None) -> list[EdgeHop]:  # fmt: skip
     """Breadth first, hop by hop, as every store walks: an edge is reached at the first hop that touches
     one of its ends, and every edge of hop h ranks before those of hop h + 1. A hop reads at most
     ``limit`` + the edges already seen: when that read is cut short, ``limit`` new edges of this hop are in
     hand, later hops cannot place, and the walk ends (a hub record with thousands of edges costs one
-    bounded read, not a walk through all of its neighbours)."""
+    bounded read, not a walk through all of its neighbours).
+
+    ``shown`` (:func:`shown_records` of the store) is asked, once per hop, which of the new ends the walk may
+    pass: an edge with an end hidden by a deletion is dropped and the walk goes no further through that end
+    (``read_hop`` drops those pending deletion themselves; this catches what is merged into them)."""
     if not record_ids or max_hops < 1 or limit <= 0:
         return []
     seen: dict[str, EdgeHop] = {}
     visited = set(record_ids)
+    passable, hidden = set(record_ids), set[str]()
     frontier = sorted(visited)
     for hop in range(1, max_hops + 1):
         if not frontier or len(seen) >= limit:
             break
         edges, complete = read_hop(frontier, limit + len(seen))
+        if shown is not None:
+            ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - passable - hidden)
+            passed = shown(ends) if ends else set()
+            passable |= passed
+            hidden |= set(ends) - passed
+            edges = [edge for edge in edges if edge.src in passable and edge.dst in passable]
         room = limit - len(seen)
         next_frontier: set[str] = set()
         for edge in edges:

@@ -46,7 +46,7 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, require_org, text_scope_asked,
+from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, require_org, shown_records, text_scope_asked,
                    walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
@@ -707,7 +707,8 @@ class PostgresStore:
                     return (walkable if complete else walkable[:fetch]), complete
                 read *= 4
 
-        return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop)
+        return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop,
+                          shown=lambda ids: shown_records(self, ids, org=org))
 
     def counts(self, *, org: str) -> dict[str, int]:
         require_org(org, "counts")

@@ -14,7 +14,7 @@ from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
 from .base import (RESTRICTED_SQL, DocumentAccess, EdgeHop, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch, property_key, require_org,
-                   text_scope_asked,
+                   shown_records, text_scope_asked,
                    walk_edges)
 from .fulltext import fts5_query, terms
 from .sqlite_cache import GenerationCache, document_chars, memory_chars
@@ -798,7 +798,8 @@ class SQLiteStore:
             rows.sort(key=lambda r: (-r[6], -r[7], r[1]))  # best first, chunks merged
             return _edges(rows if complete else rows[:fetch]), complete
 
-        return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop)
+        return walk_edges(record_ids, max_hops=max_hops, limit=limit, read_hop=read_hop,
+                          shown=lambda ids: shown_records(self, ids, org=org))
 
     def counts(self, *, org: str) -> dict[str, int]:
         require_org(org, "counts")
