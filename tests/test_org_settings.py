@@ -38,6 +38,7 @@ def test_stored_settings_merge_group_by_group_and_replace_on_request(store_url: 
     ({"rankers": "garbage"}, "setting rankers: 'garbage' is not a valid value"),
     ({"service": {"colour": 1}}, "unknown setting: service.colour"),
     ({"shares": "half"}, "setting shares: must be an object of settings"),
+    ({"semantic_memory_orgs": frozenset({"acme"})}, "setting semantic_memory_orgs: frozenset"),  # not JSON
 ])  # fmt: skip
 def test_a_setting_of_the_wrong_type_is_refused_and_nothing_is_stored(store_url: str, embedder: Any, bad: dict, says: str) -> None:
     with dossier.open(store_url, embedder=embedder) as engine:
@@ -70,3 +71,23 @@ def test_a_stored_settings_row_that_cannot_be_read_is_one_clear_error(tmp_path: 
             with pytest.raises(ConfigError, match="the stored settings of org 'northwind' are not valid"):
                 engine.retrieve({"message": "What discount rules apply?"}, org="northwind", caller="ana")
             assert engine.retrieve({"message": "What discount rules apply?"}, org="southwind", caller="zoe").mode
+
+
+def test_whole_numbers_are_float_settings_however_large_and_a_bad_row_is_replaced(tmp_path: Path, embedder: Any) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    with dossier.open(url, embedder=embedder, settings=dossier.Settings(filter_timeout=5)) as engine:
+        engine.save_org_settings("acme", {"filter_timeout": 2.5, "thresholds": {"clear_winner": 1}})  # a float, an int
+        engine.save_org_settings("acme", {"external_timeout": 10**400})
+        assert engine.settings_for("acme").thresholds.clear_winner == 1
+    with sqlite3.connect(f"{tmp_path}/s.db") as db:
+        db.execute("UPDATE org_settings SET settings = 'not json' WHERE org = 'acme'")
+    with dossier.open(url, embedder=embedder) as engine:  # the fix settings_for's error names: store valid ones
+        engine.save_org_settings("acme", {"max_picks": 2})
+        assert engine.store.get_settings(org="acme") == {"max_picks": 2} and engine.settings_for("acme").max_picks == 2
+
+
+def test_rankers_are_merged_by_ranker(store_url: str, embedder: Any) -> None:
+    with dossier.open(store_url, embedder=embedder) as engine:
+        engine.save_org_settings("acme", {"rankers": {"memories": {"features": ["a"], "coef": [1.0]}}})
+        engine.save_org_settings("acme", {"rankers": {"sections": {"features": ["b"], "coef": [2.0]}}})
+        assert set(engine.store.get_settings(org="acme")["rankers"]) == {"memories", "sections"}

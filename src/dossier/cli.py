@@ -722,13 +722,22 @@ def calibrate(
                     reason = fits[org].reason
                     if fits[org].spec is not None:
                         own["rankers"] = {"sections": fits[org].spec}
-                    elif ((target.store.get_settings(org=org) or {}).get("rankers") or {}).get("sections"):
+                    elif _stored_ranker(target, org):
                         # the org's other settings, and a ranker fitted earlier, are kept (save_org_settings merges)
                         reason = reason.replace("the shipped ranker stays", "the org's ranker fitted earlier stays")
                     target.save_org_settings(org, own)
                     console.print(f"{org}: section ranker: {reason}", markup=False)
             console.print(f"stored the recommended thresholds for {', '.join(orgs)} in {redacted_url(url)}",
                           markup=False)  # fmt: skip
+
+
+def _stored_ranker(engine: Any, org: str) -> bool:
+    """Whether ``org`` has a section ranker of its own stored (a row that cannot be read has none)."""
+    try:
+        rankers = (engine.store.get_settings(org=org) or {}).get("rankers")
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return isinstance(rankers, dict) and bool(rankers.get("sections"))
 
 
 def _fit_rankers(data: "Dataset", orgs: list[str]) -> dict[str, "OrgFit"]:

@@ -128,21 +128,30 @@ class Engine:
                 else:
                     merged = self.settings.merged(stored) if stored else self.settings
             except (DossierError, ValueError, TypeError, AttributeError) as exc:  # a row written by hand, or by an older dossier
-                if isinstance(exc, StoreError):
-                    raise
+                if isinstance(exc, DossierError) and not isinstance(exc, ConfigError):
+                    raise  # the store's failure, or no org named: not the row's
                 raise ConfigError(f"the stored settings of org {org!r} are not valid ({exc}); store valid ones with "
                                   "save_org_settings or dossier calibrate --write") from None  # fmt: skip
             kept = self._stored_settings[org] = (now, stored, merged)
         return kept[2]
 
     def save_org_settings(self, org: str, settings: dict[str, Any], *, replace: bool = False) -> Settings:
-        """Store ``org``'s own settings (merged over the engine's on every later call) and apply them. They are
-        merged into what is stored for the org already: a group (``thresholds``, ``shares``, ``service``)
-        setting by setting, any other setting whole, so that storing service limits keeps a calibration and
-        the reverse. ``replace`` stores ``settings`` alone instead."""
-        stored = {} if replace else dict(self.store.get_settings(org=org) or {})
+        """Store ``org``'s own settings (merged over the engine's on every later call, unless this engine holds
+        an override for the org in ``org_settings``). They are merged into what is stored for the org already:
+        a group (``thresholds``, ``shares``, ``service``, and ``rankers`` by ranker) setting by setting, any
+        other setting whole, so that storing service limits keeps a calibration and the reverse. ``replace``
+        stores ``settings`` alone instead, and so does a stored row that cannot be read or is not valid."""
+        stored: dict[str, Any] = {}
+        if not replace:
+            try:
+                row = self.store.get_settings(org=org)
+                if row:
+                    self.settings.merged(row)  # a row that is not valid is replaced, not merged into
+                    stored = dict(row)
+            except (ConfigError, ValueError, TypeError, AttributeError):
+                stored = {}
         for name, value in settings.items():
-            groups = ("thresholds", "shares", "service")
+            groups = ("thresholds", "shares", "service", "rankers")
             if name in groups and isinstance(value, Mapping) and isinstance(stored.get(name), Mapping):
                 stored[name] = {**stored[name], **value}
             else:

@@ -36,7 +36,7 @@ from .bundle import LABEL_MAX, MEMORY_TEXT_MAX, TITLE_MAX, Document, Id, Identif
 from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError, http_status
 from .identifiers import NUL_MESSAGE, IdentifierKind, clip, nul_path
 from .loading import LoadReport, document_from_markdown
-from .pipeline.visibility import preferred, shown_records, survivor, verdict
+from .pipeline.visibility import IDENTIFIER_KIND, preferred, shown_records, survivor, verdict
 from .retrieve import parse_request
 from .schema import RecordRef, RetrieveRequest, RetrieveResponse
 from .stores.service_base import ApiKey, AuditRow, Feedback, LedgerEntry, ServiceStore, UsageLine
@@ -472,7 +472,7 @@ class Service:
             raise NotFound(f"no record with {kind} {value!r} in this org")
         # as a retrieve resolves it (layers/resolve.py): a live record before one hidden by a deletion, and a
         # record pending deletion ends the chain (what is merged into it is hidden with it)
-        record = survivor(store, preferred(store, found, org=org)[0], org=org)[0]
+        record = survivor(store, preferred(store, found, org=org, kind=IDENTIFIER_KIND.get(kind))[0], org=org)[0]
         if record.pending_deletion:
             raise UsageError(f"record {record.id!r} is pending deletion: nothing can be added to it")
         return record

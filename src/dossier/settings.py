@@ -170,24 +170,24 @@ def _check(changes: Any, current: Any, group: str) -> None:
 
     if not isinstance(changes, Mapping):
         raise ConfigError(f"setting {group}: must be an object of settings, not {type(changes).__name__}")
-    names = {f.name for f in dataclasses.fields(current)}
+    declared = {f.name: str(f.type) for f in dataclasses.fields(current)}  # the annotation, as written
     for name, value in changes.items():
         where = f"{group}.{name}" if group else name
-        if name not in names:
+        if name not in declared:
             raise ConfigError(f"unknown setting: {where}")
-        default = getattr(current, name)
+        kind = declared[name]
         if name == "rankers":
             ok = value is None or isinstance(value, Mapping)
-        elif name == "semantic_memory_orgs":
-            ok = value is None or (isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value))
-        elif isinstance(default, bool):
+        elif name == "semantic_memory_orgs":  # stored as JSON: a list of org ids
+            ok = value is None or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+        elif kind == "bool":
             ok = isinstance(value, bool)
-        elif isinstance(default, int):
+        elif kind == "int":
             ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        elif kind == "float":  # an int is a float setting's value too (and finite, however large)
+            ok = not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)))
         else:
             ok = True
         if not ok:
-            raise ConfigError(f"setting {where}: {value!r:.40} is not a valid value (like {default!r:.40})")
+            raise ConfigError(f"setting {where}: {value!r:.40} is not a valid value (a {kind})")
 

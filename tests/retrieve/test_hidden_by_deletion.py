@@ -142,3 +142,36 @@ def test_nothing_is_written_to_moved_off_or_attached_to_a_record_merged_into_one
 def test_a_remember_by_a_shared_identifier_reaches_the_live_record(engine: dossier.Engine) -> None:
     memory = Service(engine).remember(LOW, {"email": EMAIL}, "Ann wants a call on Friday.")
     assert memory.record == "rec-a"
+
+
+def test_an_expand_page_after_a_merge_into_a_deleted_record_reads_its_tombstone(engine: dossier.Engine) -> None:
+    engine.load_bundle({"memories": [{"id": f"m-b{n}", "org": "acme", "record": "rec-b", "created_at": "2026-01-07T10:00:00Z",
+                                      "text": f"Bo asked about launch slot {n} and its insurance terms."} for n in range(20)]})  # fmt: skip
+    first = engine.retrieve({"mode": "brief", "record": {"id": "rec-b"}, "message": "What did Bo ask about?",
+                             "budget": {"totalTokens": 400}}, org="acme", caller="low")  # fmt: skip
+    assert first.continuation is not None and first.record is not None and first.record.id == "rec-b"
+    Service(engine).add_records(ADMIN, [_record("rec-b", merged_into="rec-mm", properties={"name": "Bo"})])
+    page = engine.retrieve({"continuation": first.continuation}, org="acme", caller="low")
+    assert page.record is not None and page.record.tombstone and page.record.id == "rec-0del"
+    assert not any(result.items for result in page.sources.values())
+
+
+def test_a_walk_crowded_by_edges_to_hidden_records_reads_further(engine: dossier.Engine) -> None:
+    """60 strong edges to records merged into a deleted one, 5 weaker ones to live records: a read cut at the
+    walk's limit would hold only hidden ends."""
+    hidden = [_record(f"rec-x{n:02d}", merged_into="rec-0del") for n in range(60)]
+    live = [_record(f"rec-y{n}") for n in range(5)]
+    edges = [{**_edge(f"e-x{n:02d}", "rec-c", f"rec-x{n:02d}"), "confidence": 0.99} for n in range(60)]
+    edges += [{**_edge(f"e-y{n}", "rec-c", f"rec-y{n}"), "confidence": 0.5} for n in range(5)]
+    engine.load_bundle({"records": hidden + live, "edges": edges})
+    walked = engine.store.edges_around(["rec-c"], org="acme", max_hops=1, limit=50)
+    assert sorted(h.edge.id for h in walked) == [f"e-y{n}" for n in range(5)]
+
+
+def test_remember_resolves_an_identifier_as_a_retrieve_does(engine: dossier.Engine) -> None:
+    """A company and a contact share an email: both reach the contact, as resolution ranks a contact first."""
+    engine.load_bundle({"records": [{"id": "rec-a-co", "org": "acme", "kind": "company", "identifiers": {"email": "info@acme-rockets.com"}},
+                                    _record("rec-info", identifiers={"email": "info@acme-rockets.com"})]})  # fmt: skip
+    asked = engine.retrieve({"record": {"email": "info@acme-rockets.com"}, "message": "Who is this?"}, org="acme", caller="low")
+    assert asked.record is not None and asked.record.id == "rec-info"
+    assert Service(engine).remember(LOW, {"email": "info@acme-rockets.com"}, "They called.").record == "rec-info"

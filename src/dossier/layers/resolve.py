@@ -7,10 +7,9 @@ from typing import cast
 from ..bundle import Record
 from ..identifiers import IdentifierKind, email_domain
 from ..pipeline.call import Call, Resolution, public_error
-from ..pipeline.visibility import preferred, survivor
+from ..pipeline.visibility import IDENTIFIER_KIND, preferred, survivor
 from ..stores.base import Store
 
-IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "contact", "website": "company"}
 
 
 def resolve(call: Call) -> None:

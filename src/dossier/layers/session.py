@@ -34,6 +34,7 @@ from ..schema import SOURCE_NAMES, Item, SourceName, item_key
 from ..stores.service_base import Session
 from ..pipeline.call import Call, Resolution, Restored, public_error
 from .plan import infer_mode
+from ..pipeline.visibility import shown_records, survivor
 from .resolve import live_merged_from
 
 _ITEM: TypeAdapter[Any] = TypeAdapter(Item)
@@ -184,9 +185,12 @@ def _resolution(call: Call, state: dict) -> Resolution:
     record = fresh.get(state["record"])
     if record is None:
         return Resolution(not_found=True)
-    if record.pending_deletion:
-        return Resolution(record=record, tombstone=True)
-    aliases = [fresh[a] for a in state.get("aliases", []) if a in fresh and not fresh[a].pending_deletion]
+    # merged since into a record pending deletion (directly or not): its tombstone, as a new call would give
+    end = survivor(call.store, record, org=call.org)[0]
+    if end.pending_deletion:
+        return Resolution(record=end, tombstone=True)
+    shown = shown_records(call.store, [a for a in state.get("aliases", []) if a in fresh], org=call.org)
+    aliases = [fresh[a] for a in state.get("aliases", []) if a in shown]
     live = set(live_merged_from(call.store, record.id, org=call.org))  # one pending deletion since is hidden now
     merged = [m for m in state.get("merged_from", []) if m in fresh and m in live]
     return Resolution(record=record, aliases=aliases, merged_from=merged)

@@ -11,9 +11,11 @@ from .call import Call
 if TYPE_CHECKING:
     from ..bundle import Record
 
-__all__ = ["Guarded", "MAX_MERGE_CHAIN", "document_verdict", "preferred", "shown_records", "survivor", "verdict"]
+__all__ = ["Guarded", "IDENTIFIER_KIND", "MAX_MERGE_CHAIN", "document_verdict", "preferred", "shown_records", "survivor", "verdict"]
 
 MAX_MERGE_CHAIN = 20
+#: The kind of record an identifier finds first: a website finds a company, the others a contact.
+IDENTIFIER_KIND = {"email": "contact", "phone": "contact", "profile_url": "contact", "website": "company"}
 
 
 class Guarded(Protocol):

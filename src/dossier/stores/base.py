@@ -182,13 +182,22 @@ def walk_edges(record_ids: Sequence[str], *, max_hops: int, limit: int, read_hop
     for hop in range(1, max_hops + 1):
         if not frontier or len(seen) >= limit:
             break
-        edges, complete = read_hop(frontier, limit + len(seen))
-        if shown is not None:
+        fetch = limit + len(seen)
+        while True:
+            edges, complete = read_hop(frontier, fetch)
+            if shown is None:
+                break
             ends = sorted({end for edge in edges for end in (edge.src, edge.dst)} - passable - hidden)
             passed = shown(ends) if ends else set()
             passable |= passed
             hidden |= set(ends) - passed
+            read = len(edges)
             edges = [edge for edge in edges if edge.src in passable and edge.dst in passable]
+            # a cut read that hidden ends thinned below what this hop may place reads further, as the stores do
+            # for ends pending deletion themselves
+            if complete or read == len(edges) or len([e for e in edges if e.id not in seen]) >= limit - len(seen):
+                break
+            fetch *= 4
         room = limit - len(seen)
         next_frontier: set[str] = set()
         for edge in edges:
