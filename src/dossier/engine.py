@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from .bundle import Bundle, Document
-from .errors import ConfigError, DossierError, StoreError, UsageError
+from .errors import ConfigError, DossierError, UsageError
 from .layers.model_steps import ModelAugmenter, ModelFilterInferrer, ModelSelector
 from .layers.sections import HeuristicSelector, Selector
 from .layers.synthesize import DeferredResults
