@@ -700,12 +700,18 @@ def calibrate(
     from .evaluation.calibrate import calibrate as run_calibration
     from .evaluation.dataset import load_dataset
     from .evaluation.render import render_calibration
+    from .identifiers import clip
 
     with _errors():
         if json_out is not None:  # say so before the scan, not after it
             _writable(json_out, "--json")
         data = load_dataset(dataset)
         orgs = sorted({q.org for q in data.questions})
+        callers = {(c.org, c.id) for c in data.bundle.callers}
+        for q in data.questions:  # said before the scan, as the dataset's other errors are
+            if q.org not in {o.id for o in data.bundle.orgs} or (q.org, q.caller) not in callers:
+                raise UsageError(f"dataset {dataset}: question {clip(q.id)} asks as {clip(q.caller)} of org {clip(q.org)}, "
+                                 "which its bundle does not hold")  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="dossier-calibrate-") as tmp, dossier.open(f"sqlite:///{tmp}/c.db") as engine:
             engine.load_bundle(data.bundle)
             with err.status("scanning thresholds") as status:

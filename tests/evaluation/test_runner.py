@@ -102,6 +102,18 @@ def test_eval_cli_rejects_a_broken_dataset(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "questions.0" in result.stderr
 
 
+def test_calibrate_refuses_a_question_asked_as_a_caller_its_bundle_does_not_hold(tmp_path: Path) -> None:
+    small = json.loads(DATASET.read_text())
+    small["bundle"] = str(DATASET.parent / small["bundle"])
+    small["questions"] = [{**small["questions"][0], "caller": "nobody"}]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(small))
+    result = CliRunner().invoke(app, ["calibrate", str(path)])
+    assert result.exit_code == 2 and result.stdout == ""  # before the scan, which would have printed
+    assert result.stderr.splitlines() == [f"error: dataset {path}: question {small['questions'][0]['id']!r} asks as "
+                                          "'nobody' of org 'northwind', which its bundle does not hold"]  # fmt: skip
+
+
 def test_calibrate_writes_thresholds_that_later_calls_use(tmp_path: Path) -> None:
     small = json.loads(DATASET.read_text())
     small["bundle"] = str(DATASET.parent / small["bundle"])

@@ -200,6 +200,11 @@ def test_an_org_fits_its_own_section_ranker_or_says_why_not(fresh_engine: dossie
         assert fresh_engine.retrieve(EXAMPLE, org="northwind", caller="ana").route["documents"].detail["ranker"].startswith("org:")
     too_few = fit_org(fresh_engine, dataset.questions[:10], org="northwind", shipped=shipped)
     assert too_few.spec is None and str(MIN_ORG_QUESTIONS) in too_few.reason
+    # gold sections the org does not hold (a labelling mistake) are not counted towards the minimum
+    made_up = [q.model_copy(update={"gold": q.gold.model_copy(update={"sections": ["no-such-section"]})})
+               for q in dataset.questions if q.gold.sections]  # fmt: skip
+    none = fit_org(fresh_engine, made_up, org="northwind", shipped=shipped)
+    assert none.spec is None and none.reason.startswith("0 questions with gold sections the org holds")
 
 
 def _synthetic_groups(seed: int, groups: int) -> list:  # type: ignore[type-arg]

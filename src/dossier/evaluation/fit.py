@@ -308,9 +308,12 @@ class OrgFit:
 def fit_org(engine: Any, questions: Sequence[Any], *, org: str, shipped: LinearRanker) -> OrgFit:
     """Fit ``org``'s own section ranker on its labelled questions, split by gold document (a stable hash);
     keep it only when its held-out section accuracy is at least the shipped model's."""
-    labelled = [q for q in questions if q.org == org and (q.gold.sections or not q.answerable)]
+    ids = engine.store.document_ids(org=org)
+    known = {s.id for d in engine.store.get_documents(ids, org=org) for s in d.sections}
+    # a gold section the org does not hold is a labelling mistake: such a question teaches nothing and is not counted
+    labelled = [q for q in questions if q.org == org and (set(q.gold.sections) & known or not q.answerable)]
     if sum(bool(q.gold.sections) for q in labelled) < MIN_ORG_QUESTIONS:
-        return OrgFit(org, None, f"{sum(bool(q.gold.sections) for q in labelled)} questions with gold sections; "
+        return OrgFit(org, None, f"{sum(bool(q.gold.sections) for q in labelled)} questions with gold sections the org holds; "
                                  f"an org's own ranker needs at least {MIN_ORG_QUESTIONS}: the shipped ranker stays", {})  # fmt: skip
     sides: dict[str, list[Example]] = {"train": [], "test": []}
     for q in labelled:
