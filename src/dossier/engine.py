@@ -141,23 +141,29 @@ class Engine:
         a group (``thresholds``, ``shares``, ``service``, and ``rankers`` by ranker) setting by setting, any
         other setting whole, so that storing service limits keeps a calibration and the reverse. ``replace``
         stores ``settings`` alone instead, and so does a stored row that cannot be read or is not valid."""
-        stored: dict[str, Any] = {}
-        if not replace:
-            try:
-                row = self.store.get_settings(org=org)
-                if row:
-                    self.settings.merged(row)  # a row that is not valid is replaced, not merged into
+        checked: list[Settings] = []
+        base = self.settings  # read first: the first read of it binds the store's embedder, a write of its own
+
+        def change(row: dict | None) -> dict:
+            stored: dict[str, Any] = {}
+            if row and not replace:
+                try:
+                    base.merged(row)  # a row that is not valid is replaced, not merged into
                     stored = dict(row)
-            except (ConfigError, ValueError, TypeError, AttributeError):
-                stored = {}
-        for name, value in settings.items():
-            groups = ("thresholds", "shares", "service", "rankers")
-            if name in groups and isinstance(value, Mapping) and isinstance(stored.get(name), Mapping):
-                stored[name] = {**stored[name], **value}
-            else:
-                stored[name] = value
-        merged = self.settings.merged(stored)  # validates (names and types) before anything is stored
-        self.store.put_settings(stored, org=org)
+                except (ConfigError, ValueError, TypeError, AttributeError):
+                    stored = {}
+            for name, value in settings.items():
+                groups = ("thresholds", "shares", "service", "rankers")
+                if name in groups and isinstance(value, Mapping) and isinstance(stored.get(name), Mapping):
+                    stored[name] = {**stored[name], **value}
+                else:
+                    stored[name] = value
+            checked.append(base.merged(stored))  # validates (names and types): raising stores nothing
+            return stored
+
+        # read, merged and written in one transaction, so that two processes saving at once both count
+        stored = self.store.update_settings(change, org=org)
+        merged = checked[-1]
         self._stored_settings[org] = (time.monotonic(), stored, merged)
         return merged
 

@@ -3,6 +3,7 @@ hashes a load compares are those written, and org settings and call results roun
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import pytest
@@ -27,6 +28,7 @@ WRITER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
     "vector_hashes": lambda s, org: s.vector_hashes("memory", ["m-jane-1"], org=org),
     "put_settings": lambda s, org: s.put_settings({"thresholds": {"memory_semantic": 0.4}}, org=org) or {},
     "put_result": lambda s, org: s.put_result("call-1", {"answer": "yes"}, org=org) or {},
+    "update_settings": lambda s, org: s.update_settings(lambda row: {"thresholds": {"memory_semantic": 0.4}}, org=org),
 }
 
 class WriterContract:
@@ -148,6 +150,43 @@ class WriterContract:
         store.put_settings({"thresholds": {"memory_semantic": 0.6}}, org="acme")  # replaces
         assert store.get_settings(org="acme") == {"thresholds": {"memory_semantic": 0.6}}
         assert store.get_settings(org="beta") is None
+
+    def test_settings_update_reads_and_writes_in_one_transaction(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder, "acme")
+        seen: list[dict | None] = []
+        assert store.update_settings(lambda row: seen.append(row) or {"max_picks": 2}, org="acme") == {"max_picks": 2}
+        assert store.update_settings(lambda row: seen.append(row) or {**(row or {}), "x": 1}, org="acme") == {"max_picks": 2, "x": 1}
+        assert seen == [None, {"max_picks": 2}]
+        with pytest.raises(ValueError):  # a change that raises stores nothing
+            store.update_settings(lambda row: (_ for _ in ()).throw(ValueError("no")), org="acme")
+        assert store.get_settings(org="acme") == {"max_picks": 2, "x": 1}
+        assert store.get_settings(org="beta") is None
+
+    def test_settings_updates_from_two_handles_never_lose_one(self, open_store: Callable[[], Store], embedder: Any) -> None:
+        # the first update holds the org's settings between its read and its write; the second, from another
+        # handle (another process), must wait for it and then read what it wrote, not the row before it
+        first, second = open_store(), open_store()
+        write_world(first, embedder, "acme")
+        first.put_settings({"max_picks": 2}, org="acme")
+        has_read, release = threading.Event(), threading.Event()
+
+        def slow(row: dict | None) -> dict:
+            has_read.set()
+            release.wait(20)
+            return {**(row or {}), "a": 1}
+
+        done: list[dict] = []
+        slow_update = threading.Thread(target=lambda: first.update_settings(slow, org="acme"))
+        slow_update.start()
+        assert has_read.wait(20)
+        other = threading.Thread(target=lambda: done.append(second.update_settings(lambda row: {**(row or {}), "b": 2}, org="acme")))
+        other.start()
+        other.join(1.0)  # without the hold, the second update is written by now
+        release.set()
+        slow_update.join(20)
+        other.join(20)
+        assert done == [{"max_picks": 2, "a": 1, "b": 2}]
+        assert first.get_settings(org="acme") == {"max_picks": 2, "a": 1, "b": 2}
 
     def test_results_round_trip_per_org(self, store: Store, embedder: Any) -> None:
         write_world(store, embedder, "acme")

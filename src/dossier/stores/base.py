@@ -409,6 +409,12 @@ class StoreWriter(Protocol):
     def put_settings(self, settings: dict, *, org: str) -> None:
         """Store ``org``'s own settings (a JSON object, e.g. calibrated thresholds), replacing any."""
 
+    def update_settings(self, change: Callable[[dict | None], dict], *, org: str) -> dict:
+        """Store ``change(stored)`` as ``org``'s own settings, ``stored`` being what is stored now (None:
+        nothing, or a row that cannot be read), read and written in one transaction that holds the org's settings against every other
+        update (another handle's or process's waits for it), so that two updates never both read the row
+        one of them then replaces. ``change`` raising stores nothing. Returns what was stored."""
+
     def put_result(self, call_id: str, result: dict, *, org: str) -> None:
         """Store the result of a call's deferred work (a JSON object), replacing any for ``call_id``."""
 

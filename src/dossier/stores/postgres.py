@@ -411,6 +411,24 @@ class PostgresStore:
             [org, json.dumps(settings, sort_keys=True)],
         )
 
+    def update_settings(self, change: Callable[[dict | None], dict], *, org: str) -> dict:
+        require_org(org, "update_settings")
+        try:
+            with self._transaction(org) as conn:
+                # the org's settings held for this transaction, whether or not a row exists yet (FOR UPDATE
+                # locks only a row that does): every other update of them waits here
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%b, 0))", ["dossier.settings:" + org])
+                row = conn.execute("SELECT settings FROM org_settings WHERE org = %b", [org]).fetchone()
+                settings = change(row[0] if row else None)
+                conn.execute(
+                    "INSERT INTO org_settings VALUES (%b, %b::json, now()) "
+                    "ON CONFLICT (org) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at",
+                    [org, json.dumps(settings, sort_keys=True)],
+                )
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL query failed: {exc}") from exc
+        return settings
+
     def get_settings(self, *, org: str) -> dict | None:
         require_org(org, "get_settings")
         rows = self._query(org, "SELECT settings FROM org_settings WHERE org = %b", [org])

@@ -8,7 +8,7 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
@@ -334,6 +334,22 @@ class SQLiteStore:
                 (org, json.dumps(settings, sort_keys=True)),
             )
             db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org,))
+
+    def update_settings(self, change: Callable[[dict | None], dict], *, org: str) -> dict:
+        require_org(org, "update_settings")
+        with self._transaction() as db:  # BEGIN IMMEDIATE: the file's write lock, taken before the read
+            row = db.execute("SELECT settings FROM org_settings WHERE org = ?", (org,)).fetchone()
+            try:
+                stored = json.loads(row[0]) if row else None
+            except ValueError:
+                stored = None  # a row that cannot be read is replaced
+            settings = change(stored)
+            db.execute(
+                "INSERT OR REPLACE INTO org_settings VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
+                (org, json.dumps(settings, sort_keys=True)),
+            )
+            db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org,))
+        return settings
 
     def get_settings(self, *, org: str) -> dict | None:
         require_org(org, "get_settings")
