@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -279,6 +280,44 @@ def test_an_outage_fails_each_call_at_once_and_the_store_answers_again_when_the_
         assert store.counts(org="beta")["records"] > 0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("settings", ["session", "transaction"])
+def test_a_read_blocked_on_the_server_fails_at_the_statement_timeout_and_a_write_waits(
+    pg_url: str, embedder: Any, settings: str
+) -> None:
+    """A read that a lock (a migration, a stuck transaction) keeps waiting fails with StoreError once it has
+    run ``dossier_statement_timeout_ms``, instead of holding the call's thread for ever; the store answers
+    again once the lock is gone. Writes are not bounded: a write behind the same lock waits for it."""
+    sep = "&" if "?" in pg_url else "?"
+    store = PostgresStore(f"{pg_url}{sep}dossier_statement_timeout_ms=300&dossier_settings={settings}")
+    try:
+        write_world(store, embedder, "acme")
+        assert store.statement_timeout_ms == 300
+        before = store.counts(org="acme")
+        with psycopg.connect(pg_url) as locker:
+            locker.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")  # held until this transaction ends
+            started = time.monotonic()
+            with pytest.raises(dossier.StoreError, match="statement timeout .300 ms"):
+                store.recent_memories(["r-jane"], org="acme", limit=5)
+            assert time.monotonic() - started < 5
+            writer = ThreadPoolExecutor(1).submit(lambda: store.write(make_batch(embedder, **_beta())))
+            time.sleep(1.0)  # over three times the timeout: a bounded write would have failed by now
+            assert not writer.done()
+            locker.rollback()
+        writer.result(timeout=30)
+        assert store.counts(org="beta")["memories"] > 0
+        assert store.counts(org="acme") == before
+        assert store.recent_memories(["r-jane"], org="acme", limit=5)  # the same pooled connections read again
+    finally:
+        store.close()
+
+
+def test_a_statement_timeout_that_is_not_a_number_is_refused(pg_url: str) -> None:
+    sep = "&" if "?" in pg_url else "?"
+    with pytest.raises(dossier.ConfigError, match="dossier_statement_timeout_ms must be a whole number"):
+        PostgresStore(f"{pg_url}{sep}dossier_statement_timeout_ms=soon")
+    assert PostgresStore(pg_url).statement_timeout_ms == 30_000  # the default
 
 
 # -- the HNSW path -----------------------------------------------------------------------------------

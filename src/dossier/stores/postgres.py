@@ -32,6 +32,7 @@ import hashlib
 import json
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, LiteralString, Sequence, cast
 from urllib.parse import parse_qsl, urlencode
@@ -44,7 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pgvector.psycopg.vector import register_vector_info
 
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
-from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
+from ..errors import ConfigError, SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
 from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, require_org, shown_records, text_scope_asked,
                    walk_edges)
@@ -116,6 +117,7 @@ class PostgresStore:
         session_settings: bool = True,
         pool_size: int = 8,
         timeout: float = 30.0,
+        statement_timeout_ms: int = 30_000,
     ) -> None:
         self.url = url
         self._label = _redacted(url)  # for messages: no password
@@ -126,6 +128,10 @@ class PostgresStore:
         self.hnsw_ef_construction = int(options.get("hnsw_ef_construction", hnsw_ef_construction))
         self.index_build_memory = options.get("index_build_memory", index_build_memory)
         self.session_settings = options.get("settings", "session" if session_settings else "transaction") == "session"
+        #: a read's longest run on the server (0: no limit): a read blocked by a lock or a hung server fails
+        #: with StoreError instead of holding a call's thread for ever. Writes, index builds and VACUUM are
+        #: not bounded (a large load's statements run long).
+        self.statement_timeout_ms = _non_negative(options.get("statement_timeout_ms", statement_timeout_ms), "statement_timeout_ms")
         self._indexed: dict[tuple[str, str], float | bool] = {}  # (org, kind) -> True, or when last seen unindexed
         self._partitions: dict[str, str] = {}  # org -> partition table, once known to exist
         self._text_partitions: set[str] = set()  # orgs whose full-text partitions are known to exist
@@ -145,6 +151,8 @@ class PostgresStore:
         def configure(conn: psycopg.Connection) -> None:
             register_vector_info(conn, info)
             conn.execute("SET timezone = 'UTC'; SET client_min_messages = warning")
+            if self.session_settings:  # behind a transaction-pooling proxy it is set per transaction (_query)
+                conn.execute(f"SET statement_timeout = {self.statement_timeout_ms}")
 
         def make() -> ConnectionPool:
             return ConnectionPool(
@@ -225,10 +233,16 @@ class PostgresStore:
                         return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
                     with conn.transaction():  # behind a transaction-pooling proxy: settings last one transaction
                         conn.execute(
-                            "SELECT set_config('dossier.org', %b, true), set_config('hnsw.ef_search', %b, true)",
-                            [org, str(ef_search or 40)],
+                            "SELECT set_config('dossier.org', %b, true), set_config('hnsw.ef_search', %b, true), "
+                            "set_config('statement_timeout', %b, true)",
+                            [org, str(ef_search or 40), str(self.statement_timeout_ms)],
                         )
                         return conn.execute(trusted(query), params, binary=True, prepare=prepare).fetchall()
+            except psycopg.errors.QueryCanceled as exc:
+                raise StoreError(
+                    f"PostgreSQL read ran past the store's statement timeout ({self.statement_timeout_ms} ms; "
+                    f"dossier_statement_timeout_ms on the URL): {exc}"
+                ) from exc
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if dropped(self._pool, conn, attempt):  # the statement never completed: a read, or an idempotent upsert
                     continue
@@ -291,7 +305,7 @@ class PostgresStore:
         (org, record) index, say, depends on them), rather than waiting for autovacuum to notice."""
         large = [table for table, n in sizes.items() if n >= _ANALYZE_AFTER]
         if large:  # VACUUM too: on all-visible pages, counting GIN matches skips the table (full-text IDF)
-            with self._pool.connection() as conn:
+            with self._pool.connection() as conn, _unbounded(conn):
                 conn.execute("VACUUM (ANALYZE) " + ", ".join(large))
 
     def _ensure_partition(self, org: str) -> None:
@@ -346,7 +360,7 @@ class PostgresStore:
                 conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [_INDEX_LOCK, name])
                 conn.execute("SELECT set_config('maintenance_work_mem', %b, true)", [self.index_build_memory])
                 conn.execute(statement)
-            with self._pool.connection() as conn:  # so the planner weighs the index against the org's real size
+            with self._pool.connection() as conn, _unbounded(conn):  # so the planner weighs the index against the org's real size
                 conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
         except psycopg.Error as exc:
             raise StoreError(f"cannot build the HNSW index {name}: {exc}") from exc
@@ -769,6 +783,7 @@ class _Transaction:
                     continue
                 self.store._pool.unsure()
                 raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
+        conn.execute("SET LOCAL statement_timeout = 0")  # writes and index builds are not bounded
         if self.org is not None:
             conn.execute("SELECT set_config('dossier.org', %b, true)", [self.org])
         return conn
@@ -778,6 +793,28 @@ class _Transaction:
             self._tx.__exit__(*exc)
         finally:
             self._lease.__exit__(*exc)
+
+
+@contextmanager
+def _unbounded(conn: psycopg.Connection) -> Iterator[None]:
+    """No statement timeout on this pooled connection (VACUUM and ANALYZE of a large table) until the block
+    ends, then the session's again."""
+    kept = conn.execute("SHOW statement_timeout").fetchone()
+    conn.execute("SET statement_timeout = 0")
+    try:
+        yield
+    finally:
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", [kept[0] if kept else "0"])
+
+
+def _non_negative(value: Any, name: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if number < 0:
+        raise ConfigError(f"dossier_{name} must be a whole number of milliseconds, 0 or more (got {value!r})")
+    return number
 
 
 def _redacted(url: str) -> str:
