@@ -188,14 +188,15 @@ class Engine:
         seconds for it). Only the org and caller that made the call can fetch it; NotFound otherwise."""
         return self._deferred.get(call_id, org=org, caller=caller, wait=wait)
 
-    def defer(self, call_id: str, work: Any, *, org: str, caller: str) -> None:
-        """Run ``work`` (returning a Synthesis) in the background as the result of ``call_id``."""
-        self._deferred.submit(call_id, work, org=org, caller=caller)
+    def defer(self, call_id: str, work: Any, *, org: str, caller: str, drawn: dict[str, list[str]] | None = None) -> None:
+        """Run ``work`` (returning a Synthesis) in the background as the result of ``call_id``; ``drawn``:
+        what its answer may repeat, checked again whenever it is served (``pipeline.visibility.drawn_on``)."""
+        self._deferred.submit(call_id, work, org=org, caller=caller, drawn=drawn)
 
-    def keep_late(self, call_id: str, pending: Any, *, org: str, caller: str) -> None:
+    def keep_late(self, call_id: str, pending: Any, *, org: str, caller: str, drawn: dict[str, list[str]] | None = None) -> None:
         """Keep the synthesis still running after its call's deadline (a ``dossier.deadline.Pending``)
         as the result of ``call_id``, fetched with :meth:`result` like a deferred one."""
-        self._deferred.adopt(call_id, pending, org=org, caller=caller)
+        self._deferred.adopt(call_id, pending, org=org, caller=caller, drawn=drawn)
 
     def embed_query(self, text: str, *, scope: tuple[str, str] | None = None) -> np.ndarray:
         """The query vector of ``text``, cached per ``scope`` (a call's org and caller): what one caller's

@@ -20,6 +20,8 @@ from tests.scripted_llm import Reply, ScriptedLLM, scripted, scripted_server  # 
 
 from .conftest import ids
 
+SAMPLE_ORG = Path(__file__).resolve().parents[2] / "examples" / "sample-org.json"
+
 pytest.importorskip("openai")
 
 QUESTION = "What pricing did we discuss, and what discount rules apply?"
@@ -164,6 +166,53 @@ def test_deferred_returns_the_context_at_once_and_the_answer_later(engine: dossi
         assert other.result(response.call_id, org="northwind", caller="ana").answer == "Up to 15% [D1]."
         with pytest.raises(dossier.NotFound):
             other.result(response.call_id, org="northwind", caller="ben")
+
+
+def _jane(**change: object) -> dict:
+    record = next(r for r in json.loads(SAMPLE_ORG.read_text())["records"] if r["id"] == "rec-jane")
+    return {"records": [{**record, **change}]}
+
+
+def test_a_deferred_answer_is_withheld_once_what_it_drew_on_is_hidden(engine: dossier.Engine, scripted: ScriptedLLM) -> None:
+    """An answer kept for later is checked again whenever it is served: once the record it is about is
+    pending deletion, it is withheld, in this engine and from the store alike, and nothing says why
+    beyond the rule; while everything stays visible the answer comes back unchanged."""
+    from dossier.layers.synthesize import WITHHELD
+
+    engine.use_llm(scripted.llm(timeouts={"synthesize": 5.0}))
+    scripted.on("synthesize", Reply({"answer": "Jane asked about 12 Secret Lane [M1].", "confidence": 0.7, "sources_used": ["M1"]}))
+    response = ask(engine, synthesize=True, deferred=True)
+    assert response.sources["memories"].items
+    done = engine.result(response.call_id, org="northwind", caller="ana", wait=5.0)
+    assert done.answer == "Jane asked about 12 Secret Lane [M1]." and done.citations
+    engine.load_bundle(_jane(pending_deletion=True))
+    for reader in (engine, dossier.open(engine.store.url, embedder=engine.embedder, llm="none")):
+        hidden = reader.result(response.call_id, org="northwind", caller="ana")
+        assert (hidden.answer, hidden.reasoning, hidden.citations, hidden.sources_used, hidden.error) == (None, None, {}, [], WITHHELD)
+        assert "Secret" not in hidden.model_dump_json() and "rec-jane" not in hidden.model_dump_json()
+        if reader is not engine:
+            reader.close()
+    engine.load_bundle(_jane(pending_deletion=False))  # visible again: served again
+    assert engine.result(response.call_id, org="northwind", caller="ana").answer == "Jane asked about 12 Secret Lane [M1]."
+
+
+def test_a_deferred_answer_is_withheld_once_the_caller_may_no_longer_see_a_document(
+    engine: dossier.Engine, scripted: ScriptedLLM
+) -> None:
+    bundle = json.loads(SAMPLE_ORG.read_text())
+    restricted = next(d for d in bundle["documents"] if d.get("visible_to_roles"))
+    role = restricted["visible_to_roles"][0]
+    caller = next(c for c in bundle["callers"] if c["org"] == "northwind" and role in c["roles"] and "admin" not in c["roles"])
+    engine.use_llm(scripted.llm(timeouts={"synthesize": 5.0}))
+    scripted.on("synthesize", Reply({"answer": "See [D1].", "confidence": 0.5, "sources_used": ["D1"]}))
+    response = ask(engine, caller=caller["id"], synthesize=True, deferred=True, record=None,
+                   message=restricted["sections"][0]["heading"] + " " + restricted["title"],
+                   mode="scout")  # fmt: skip
+    shown = {i.document_id for i in response.sources["documents"].items}
+    assert restricted["id"] in shown
+    assert engine.result(response.call_id, org="northwind", caller=caller["id"], wait=5.0).answer == "See [D1]."
+    engine.load_bundle({"callers": [{**caller, "roles": [r for r in caller["roles"] if r != role] or ["none"]}]})
+    assert engine.result(response.call_id, org="northwind", caller=caller["id"]).answer is None
 
 
 def test_a_deferred_failure_is_a_result_too(engine: dossier.Engine, scripted: ScriptedLLM) -> None:

@@ -37,12 +37,15 @@ from ..providers.pii import Masker
 from ..schema import SOURCE_NAMES, PropertyItem, SourceName, SourceResult, Synthesis, item_key
 from .budget import packed_text
 from ..pipeline.call import Call, public_error
+from ..pipeline.visibility import drawn_on, still_shown
 from .model_steps import TITLES
 
 LABELS: dict[SourceName, str] = {"properties": "P", "memories": "M", "documents": "D", "graph": "G", "external": "X"}
 NO_MODEL = "synthesis needs a chat model: set DOSSIER_LLM=openai:<model>"
 NO_MESSAGE = "synthesis needs a message: the question to answer"
 EMPTY_ANSWER = "The retrieved context is empty, so it does not answer this question."
+WITHHELD = ("answer withheld: something it drew on is no longer visible to this caller (a record deleted or merged "
+            "into a deleted one, a memory removed, or a document's or the caller's roles changed since the call)")
 _CITATION = re.compile(r"\[([PMDGX]\d+)\]")
 
 INSTRUCTIONS = f"""{TITLES["synthesize"]}
@@ -145,7 +148,7 @@ def synthesize(call: Call) -> None:
     job = SynthesisJob.of(call, llm)
     call.decide("synthesize", detail={"items": len(job.labels), "deferred": call.request.deferred})
     if call.request.deferred:
-        call.steps.defer(call.call_id, job.run, org=call.org, caller=call.caller.id)
+        call.steps.defer(call.call_id, job.run, org=call.org, caller=call.caller.id, drawn=drawn_on(call))
         call.synthesis = Synthesis(pending=True)
         return
     deadline = current_deadline()
@@ -190,7 +193,7 @@ def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis
         job.timed_out = True
         if not pending.ran:  # never started: no time was left
             return Synthesis(answer=None, error=f"synthesis timed out: {exc}")
-        call.steps.keep_late(call.call_id, pending, org=call.org, caller=call.caller.id)
+        call.steps.keep_late(call.call_id, pending, org=call.org, caller=call.caller.id, drawn=drawn_on(call))
         return Synthesis(answer=None, pending=True, error=(
             f"synthesis timed out: no answer by the call's deadline ({deadline.ms} ms); it goes on in the "
             "background, and its answer can be fetched with the call_id like a deferred one"))  # fmt: skip
@@ -205,6 +208,7 @@ def _by_deadline(call: Call, job: SynthesisJob, deadline: Deadline) -> Synthesis
 class _Deferred:
     org: str
     caller: str
+    drawn: dict[str, list[str]] = field(default_factory=dict)
     future: Future[Synthesis] | None = None
     synthesis: Synthesis | None = None
     done: Event = field(default_factory=Event)
@@ -224,8 +228,11 @@ class DeferredResults:
         self._finishing = Lock()  # a result and the failure written at close never overwrite each other
         self._pool: ThreadPoolExecutor | None = None
 
-    def submit(self, call_id: str, work: Callable[[], Synthesis], *, org: str, caller: str) -> None:
-        entry = _Deferred(org=org, caller=caller)
+    def submit(self, call_id: str, work: Callable[[], Synthesis], *, org: str, caller: str,
+               drawn: dict[str, list[str]] | None = None) -> None:  # fmt: skip
+        """Run ``work`` as the result of ``call_id``; ``drawn``: what its answer may repeat
+        (:func:`~dossier.pipeline.visibility.drawn_on`), checked again whenever the answer is served."""
+        entry = _Deferred(org=org, caller=caller, drawn=drawn or {})
         self._persist(call_id, entry, Synthesis(pending=True))
         with self._lock:
             if self._pool is None:
@@ -246,9 +253,10 @@ class DeferredResults:
         self._finish(call_id, entry, synthesis)
         return synthesis
 
-    def adopt(self, call_id: str, pending: Pending[Synthesis], *, org: str, caller: str) -> None:
+    def adopt(self, call_id: str, pending: Pending[Synthesis], *, org: str, caller: str,
+              drawn: dict[str, list[str]] | None = None) -> None:  # fmt: skip
         """Keep, as the result of ``call_id``, a synthesis still running after its call returned."""
-        entry = _Deferred(org=org, caller=caller)
+        entry = _Deferred(org=org, caller=caller, drawn=drawn or {})
         self._persist(call_id, entry, Synthesis(pending=True))
         with self._lock:
             self._entries[call_id] = entry
@@ -270,8 +278,8 @@ class DeferredResults:
 
     def _persist(self, call_id: str, entry: _Deferred, synthesis: Synthesis) -> None:
         try:
-            self._store().put_result(call_id, {"caller": entry.caller, "synthesis": synthesis.model_dump(mode="json")},
-                                     org=entry.org)  # fmt: skip
+            self._store().put_result(call_id, {"caller": entry.caller, "synthesis": synthesis.model_dump(mode="json"),
+                                               "drawn": entry.drawn}, org=entry.org)  # fmt: skip
         except Exception:  # noqa: BLE001 - the result stays in memory; this engine can still serve it
             pass
 
@@ -285,15 +293,26 @@ class DeferredResults:
                 raise NotFound(f"no result for call {call_id!r}")
             if not entry.done.is_set() and wait > 0:
                 entry.done.wait(wait)
-            return entry.synthesis or Synthesis(pending=True)
+            return self._screened(entry.synthesis or Synthesis(pending=True), entry.drawn, org=org, caller=caller)
         while True:
             stored = self._store().get_result(call_id, org=org)
             if stored is None or stored.get("caller") != caller:
                 raise NotFound(f"no result for call {call_id!r}")
             synthesis = Synthesis.model_validate(stored["synthesis"])
             if not synthesis.pending or time.monotonic() >= deadline:
-                return synthesis
+                return self._screened(synthesis, stored.get("drawn"), org=org, caller=caller)
             time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+
+    def _screened(self, synthesis: Synthesis, drawn: dict[str, list[str]] | None, *, org: str, caller: str) -> Synthesis:
+        """``synthesis``, unless it holds an answer drawn on something the caller may no longer see (a record
+        deleted or merged into a deleted one since the call, a memory removed, a document whose roles changed,
+        the caller's own roles changed): then the answer is withheld, and nothing says which item it was. A
+        result stored without what it drew on cannot be checked and is withheld too (fail closed)."""
+        if synthesis.answer is None and synthesis.reasoning is None and not synthesis.citations:
+            return synthesis  # pending, failed or refused: nothing drawn from the items
+        if drawn is not None and still_shown(self._store(), drawn, org=org, caller=caller):
+            return synthesis
+        return Synthesis(answer=None, error=WITHHELD, usage=synthesis.usage)
 
     def close(self) -> None:
         """Finish the deferred syntheses still running (their results are stored), then stop the workers.
