@@ -20,12 +20,14 @@ This module is ``dossier.http``; absolute imports (the Python 3 default) still r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import json
 import math
 import os
 import re
+import time
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Callable, Coroutine, Union
 
@@ -163,8 +165,10 @@ class Status(BaseModel):
 
 
 # -- the app -----------------------------------------------------------------------------------------
-def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] | None = None) -> FastAPI:
-    """The HTTP API over ``service``; with ``mcp``, MCP over streamable HTTP at ``/mcp`` too.
+def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] | None = None,
+               owns_engine: bool = False) -> FastAPI:  # fmt: skip
+    """The HTTP API over ``service``; with ``mcp``, MCP over streamable HTTP at ``/mcp`` too. With
+    ``owns_engine`` (``dossier serve``'s workers) the service's engine is closed when the app shuts down.
 
     ``allowed_hosts`` (``host:port`` patterns) turns on the MCP SDK's DNS-rebinding check of the
     ``Host`` header; ``dossier serve`` sets it when it listens on a loopback address.
@@ -196,11 +200,15 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
         # out of the collector's sight, full collections no longer rescan it in the middle of a call.
         gc.collect()
         gc.freeze()
-        if mcp_server is None:
-            yield
-            return
-        async with mcp_server.session_manager.run():
-            yield
+        try:
+            if mcp_server is None:
+                yield
+            else:
+                async with mcp_server.session_manager.run():
+                    yield
+        finally:
+            if owns_engine:  # syntheses still running finish (or are stored as failed) before the worker exits
+                await run_in_threadpool(service.engine.close)
 
     app = FastAPI(
         title="dossier",
@@ -249,12 +257,20 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
 
     @app.get("/v1/calls/{call_id}", tags=["retrieve"], response_model=CallResult,
              responses=_responses(401, 403, 404, 422, 503))  # fmt: skip
-    def get_call(call_id: str, wait: float = Query(0.0, ge=0, le=30, allow_inf_nan=False),
-                 who: Principal = Depends(principal)) -> dict[str, Any]:  # fmt: skip
+    async def get_call(call_id: str, wait: float = Query(0.0, ge=0, le=30, allow_inf_nan=False),
+                       who: Principal = Depends(principal)) -> dict[str, Any]:  # fmt: skip
         """One of your earlier calls (any of your org's for the admin role): its audited shape and, for your
         own `deferred` call, its `synthesis` (`pending: true` while it runs; `?wait=S` waits up to S seconds, at
         most 30)."""
-        return service.call(who, call_id, wait=wait)
+        # The wait is spent on the event loop, asking again every 0.2 s, never in one of the worker's threads:
+        # those serve every key check and /healthz, and many waiters would hold them all.
+        until = time.monotonic() + wait
+        while True:
+            out = await run_in_threadpool(service.call, who, call_id)
+            pending = bool((out.get("synthesis") or {}).get("pending"))
+            if not pending or time.monotonic() >= until:
+                return out
+            await asyncio.sleep(min(0.2, max(until - time.monotonic(), 0.0)))
 
     @app.get("/v1/calls/{call_id}/feedback", tags=["feedback"], response_model=list[FeedbackRow],
              responses=_responses(401, 403, 404, 422, 503))  # fmt: skip
@@ -329,7 +345,7 @@ def app_from_env() -> FastAPI:
         embedder = OnnxMiniLM(threads=threads)
     engine = dossier.open(os.environ.get("DOSSIER_DATABASE_URL") or None, embedder=embedder)
     hosts = [h for h in os.environ.get("DOSSIER_ALLOWED_HOSTS", "").split(",") if h]
-    return create_app(Service(engine), allowed_hosts=hosts or None)
+    return create_app(Service(engine), allowed_hosts=hosts or None, owns_engine=True)
 
 
 # -- errors ------------------------------------------------------------------------------------------

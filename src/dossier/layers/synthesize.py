@@ -44,6 +44,12 @@ LABELS: dict[SourceName, str] = {"properties": "P", "memories": "M", "documents"
 NO_MODEL = "synthesis needs a chat model: set DOSSIER_LLM=openai:<model>"
 NO_MESSAGE = "synthesis needs a message: the question to answer"
 EMPTY_ANSWER = "The retrieved context is empty, so it does not answer this question."
+#: A result still pending in the store after this many seconds was lost: the process running it stopped
+#: (killed, or crashed) before it could store an answer or a failure. A synthesis takes at most its step's
+#: timeout (60 s) for each of its three attempts; a closed engine stores a failure at once.
+LOST_AFTER = 900.0
+LOST = ("synthesis lost: no answer was stored within 15 minutes, so the process that ran it stopped before it "
+        "answered; ask again")
 WITHHELD = ("answer withheld: something it drew on is no longer visible to this caller (a record deleted or merged "
             "into a deleted one, a memory removed, or a document's or the caller's roles changed since the call)")
 _CITATION = re.compile(r"\[([PMDGX]\d+)\]")
@@ -279,7 +285,7 @@ class DeferredResults:
     def _persist(self, call_id: str, entry: _Deferred, synthesis: Synthesis) -> None:
         try:
             self._store().put_result(call_id, {"caller": entry.caller, "synthesis": synthesis.model_dump(mode="json"),
-                                               "drawn": entry.drawn}, org=entry.org)  # fmt: skip
+                                               "drawn": entry.drawn, "at": time.time()}, org=entry.org)  # fmt: skip
         except Exception:  # noqa: BLE001 - the result stays in memory; this engine can still serve it
             pass
 
@@ -299,6 +305,8 @@ class DeferredResults:
             if stored is None or stored.get("caller") != caller:
                 raise NotFound(f"no result for call {call_id!r}")
             synthesis = Synthesis.model_validate(stored["synthesis"])
+            if synthesis.pending and time.time() - float(stored.get("at") or time.time()) > LOST_AFTER:
+                return Synthesis(answer=None, error=LOST)  # the process running it stopped without storing an end
             if not synthesis.pending or time.monotonic() >= deadline:
                 return self._screened(synthesis, stored.get("drawn"), org=org, caller=caller)
             time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
