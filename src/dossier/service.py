@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, m
 
 from .bundle import LABEL_MAX, MEMORY_TEXT_MAX, TITLE_MAX, Document, Id, Identifiers, Label, Labels, Memory, Record, Section
 from .errors import BundleError, DossierError, Forbidden, InvalidRequest, NotFound, Unauthorized, UsageError, http_status
-from .identifiers import NUL_MESSAGE, IdentifierKind, clip, nul_path
+from .identifiers import NUL_MESSAGE, IdentifierKind, clip, normalize, nul_path
 from .loading import LoadReport, document_from_markdown
 from .pipeline.visibility import IDENTIFIER_KIND, preferred, shown_records, survivor, verdict
 from .retrieve import parse_request
@@ -409,7 +409,32 @@ class Service:
             # such a record (directly or not) would take its data out from under the deletion
             targets = [str(i["merged_into"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("merged_into"), str)]
             self._refuse_hidden_by_deletion(principal, [*ids, *targets])
+            self._refuse_taken_identifiers(principal, items)
         return self.engine.load_bundle({"records": items})
+
+    def _refuse_taken_identifiers(self, principal: Principal, items: list[Any]) -> None:
+        """An identifier that already names a live record (not this one, nor one merged with it) goes to another
+        record only by the admin role: a second record holding jane@acme.com would be resolved for her in every
+        call (docs/retrieve.md: ``ambiguous``), so anyone who may write records could put words in her mouth.
+        A record written as merged into another (``merged_into``) may share its identifiers."""
+        store = self.engine.store
+        for item in items:
+            if not isinstance(item, Mapping) or not isinstance(item.get("id"), str) or item.get("merged_into"):
+                continue
+            identifiers = item.get("identifiers")
+            for kind, value in (identifiers.items() if isinstance(identifiers, Mapping) else ()):
+                if kind not in IDENTIFIER_KIND or not isinstance(value, str):
+                    continue
+                try:
+                    wanted = normalize(kind, value)
+                except ValueError:
+                    continue  # the bundle check names it
+                holders = [r for r in store.find_records(cast(IdentifierKind, kind), wanted, org=principal.org) if r.id != item["id"]]
+                shown = shown_records(store, [r.id for r in holders], org=principal.org)
+                for holder in holders:
+                    if holder.id in shown and survivor(store, holder, org=principal.org)[0].id != item["id"]:
+                        raise Forbidden(f"{kind} {clip(value)} already names record {holder.id!r}: only the admin role "
+                                        "gives it to another record (or merge the two, merged_into)")  # fmt: skip
 
     def _refuse_hidden_by_deletion(self, principal: Principal, record_ids: Iterable[str]) -> None:
         """A record hidden by a deletion (pending deletion, or merged directly or not into such a record) is the

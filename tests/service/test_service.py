@@ -190,6 +190,28 @@ def test_a_record_pending_deletion_cannot_be_written_back_to_life(service: Servi
     service.add_records(principal("admin"), [{"id": "rec-george", "kind": "contact", "pending_deletion": True}])  # the admin's
 
 
+def test_an_identifier_of_a_live_record_goes_to_another_record_by_the_admin_alone(service: Service) -> None:
+    """A second record holding jane@acme.com would be resolved for her (the first by id): a caller who may
+    write records must not be able to put one in front of her. Her own record, a record merged into hers and
+    an identifier only a record pending deletion holds stay writable; the admin may do it."""
+    ask = {"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "What discount did we agree?"}
+    before = service.retrieve(principal("ben"), ask).record
+    assert before is not None and before.id == "rec-jane"
+    fake = {"id": "rec-a-jane", "kind": "contact", "identifiers": {"email": "Jane@ACME.com"}, "properties": {"plan": "Starter"}}
+    with pytest.raises(Forbidden, match="email .* already names record 'rec-jane': only the admin role"):
+        service.add_records(principal("ana"), [fake])
+    with pytest.raises(Forbidden):  # nor by giving an existing record her email
+        service.add_records(principal("ana"), [{"id": "rec-raj", "kind": "contact", "identifiers": {"email": "jane@acme.com"}}])
+    assert service.engine.store.get_records(["rec-a-jane"], org="northwind") == []
+    assert service.retrieve(principal("ben"), ask).record.id == "rec-jane"  # type: ignore[union-attr]
+    [jane] = service.engine.store.get_records(["rec-jane"], org="northwind")
+    service.add_records(principal("ana"), [{**jane.model_dump(mode="json"), "properties": {**jane.properties, "plan": "Pro"}}])
+    service.add_records(principal("ana"), [{"id": "rec-jane-dup", "kind": "contact", "merged_into": "rec-jane",
+                                           "identifiers": {"email": "jane@acme.com"}}])  # fmt: skip
+    service.add_records(principal("admin"), [fake])  # the admin's decision (and the ``ambiguous`` rule's)
+    assert service.engine.store.get_records(["rec-a-jane"], org="northwind")
+
+
 def test_nothing_is_moved_off_merged_into_or_attached_to_a_record_pending_deletion(service: Service) -> None:
     """rec-george is pending deletion; mem-0163 is one of his memories. A caller who is not the admin can no
     more reach his data through an existing id, a merge or a new note than by writing to him directly."""
