@@ -93,7 +93,8 @@ SPECS = {
         shared_title="Rent Arrears Procedure",
     ),
     "quill": Spec(
-        org="quill", other_org="sorrel", readme_start="## Quillfield Health: a fourth training set", readme_end=None,
+        org="quill", other_org="sorrel", readme_start="## Quillfield Health: a fourth training set",
+        readme_end="## Fernhill Kitchens: a fifth training set",
         categories={
             "paraphrase": 22, "direct": 12, "discovery": 14, "sibling": 14, "brief": 14, "unanswerable": 9,
             "memory": 7, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
@@ -107,6 +108,40 @@ SPECS = {
         tombstone="rec-wesley", merged=("rec-marc-old", "rec-marc"),
         shared_email="dana.whitfield@ridgelinefreight.com", shared_website="ridgelinefreight.com",
         shared_title="Patient Billing and Self-Pay Policy",
+    ),
+    "fern": Spec(
+        org="fern", other_org="bramble", readme_start="## Fernhill Kitchens: a fifth training set",
+        readme_end="## Meridian Water & Power: a sixth training set",
+        categories={
+            "paraphrase": 25, "direct": 15, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
+            "memory": 8, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
+        },
+        siblings=(
+            ("Scotland Allergen Procedure", "Allergen Procedure"),
+            ("Ireland Health Inspection Procedure", "Health Inspection Procedure"),
+            ("Delivery Refund Policy", "Dine-in Refund Policy"),
+            ("Private Dining Booking and Cancellation Policy", "Catering Booking and Cancellation Policy"),
+        ),
+        tombstone="rec-gavin", merged=("rec-fiona-old", "rec-fiona"),
+        shared_email="priya.nair@oakmereevents.co.uk", shared_website="oakmereevents.co.uk",
+        shared_title="Catering Booking and Cancellation Policy",
+    ),
+    "meridian": Spec(
+        org="meridian", other_org="tidewater", readme_start="## Meridian Water & Power: a sixth training set",
+        readme_end=None,
+        categories={
+            "paraphrase": 25, "direct": 15, "discovery": 15, "sibling": 16, "brief": 15, "unanswerable": 10,
+            "memory": 8, "role_restricted": 6, "cross_org": 4, "property": 3, "graph": 3, "tombstone": 2, "merge": 2,
+        },
+        siblings=(
+            ("Northern District Outage Compensation Policy", "Outage Compensation Policy"),
+            ("Coastal District Vegetation Clearance Procedure", "Vegetation Clearance Procedure"),
+            ("Business Customer Payment Plan Policy", "Residential Payment Plan Policy"),
+            ("Water Meter Reading and Estimated Billing Procedure", "Meter Reading and Estimated Billing Procedure"),
+        ),
+        tombstone="rec-bernard", merged=("rec-ruth-old", "rec-ruth"),
+        shared_email="fiona.marsh@harlowcreamery.com", shared_website="harlowcreamery.com",
+        shared_title="Outage Compensation Policy",
     ),
 }  # fmt: skip
 SETS = sorted(path.name.removesuffix("-questions.json") for path in TRAINING.glob("*-questions.json"))
