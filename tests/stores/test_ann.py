@@ -255,6 +255,58 @@ def test_changes_are_folded_into_a_new_file_and_the_log_is_dropped(loaded: tuple
         reopened.close()
 
 
+def test_a_compaction_whose_file_another_process_replaced_builds_afresh(loaded: tuple[Path, np.ndarray]) -> None:
+    """Another process compacted and removed the file this handle's index was opened from, and this one
+    has not noticed yet (the other had not recorded its new file): this handle's own compaction cannot load
+    the file it knew. It builds from the database instead of failing a write that is already committed."""
+    path, _ = loaded
+    store = open_store(path)
+    try:
+        store.search_vectors("memory", clustered(1, seed=3)[0], org="acme", limit=5)  # the index, opened from its file
+        for name in files(path):
+            if name.endswith(".usearch"):
+                Path(f"{path}-ann", name).unlink()  # as the other process's compaction does
+        moved = clustered(150, seed=7)  # past ann_compact_after: this write compacts
+        store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(150)], moved)))
+        assert ids(store, moved[10])[0] == "m0010"
+        assert store.ann.builds == 1
+        assert [n for n in files(path) if n.endswith(".usearch")]  # a file again, for the next process
+    finally:
+        store.close()
+    reopened = open_store(path)
+    try:
+        assert ids(reopened, moved[20])[0] == "m0020" and reopened.ann.builds == 0
+    finally:
+        reopened.close()
+
+
+def test_files_killed_saves_left_behind_are_removed_by_the_next_save(loaded: tuple[Path, np.ndarray]) -> None:
+    """A process killed between writing its file and removing the one before leaves an older file; one killed
+    while writing leaves a partial file. The next save removes both (a partial file only once it is an hour
+    old: another process may be writing it now)."""
+    import os
+    import time
+
+    path, _ = loaded
+    folder = Path(f"{path}-ann")
+    [current] = [n for n in files(path) if n.endswith(".usearch")]
+    stem = current.rsplit("-", 1)[0]
+    older, killed, writing = folder / f"{stem}-1.usearch", folder / f"{stem}-7.usearch.999.partial", folder / f"{stem}.json.998.partial"
+    shutil.copy(folder / current, older)
+    for leftover in (killed, writing):
+        leftover.write_bytes(b"half written")
+    hour_ago = time.time() - 3700
+    os.utime(killed, (hour_ago, hour_ago))
+    store = open_store(path)
+    try:
+        store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(150)], clustered(150, seed=7))))
+    finally:
+        store.close()
+    left = files(path)
+    assert older.name not in left and killed.name not in left and writing.name in left
+    assert len([n for n in left if n.endswith(".usearch")]) == 1
+
+
 def test_an_index_rebuilt_after_a_compaction_emptied_the_log_is_built_once(loaded: tuple[Path, np.ndarray]) -> None:
     """A compaction drops every log entry; the file is then lost (deleted, or the database copied without it).
     The rebuilt index must stand at the log's position, not at the empty log's 0, or every search takes it for

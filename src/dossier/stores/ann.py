@@ -39,6 +39,7 @@ import numpy as np
 from .vector_index import similarities
 
 _log = logging.getLogger(__name__)
+_STALE_PARTIAL = 3600.0  # seconds after which a partial index file is taken for one a killed process left
 _RETRY_SAVE = 300.0  # seconds after a file could not be written before a compaction tries to write one again
 
 #: HNSW parameters. ``EF_SEARCH`` 200: at 1M memories (bench/scale.py) 64 gave recall@10 0.963 against
@@ -134,8 +135,14 @@ class AnnIndex:
         return np.stack(out).astype(np.float32, copy=False) if out else np.zeros((0, 1), np.float32)
 
     def merged(self) -> Any:
-        """A mutable index holding the current rows (the file loaded into memory, changes applied)."""
-        index = self.base if self.path is None else restore(self.path, view=False)
+        """A mutable index holding the current rows (the file loaded into memory, changes applied); None when
+        the file can no longer be read (another process's compaction replaced and removed it)."""
+        try:
+            index = self.base if self.path is None else restore(self.path, view=False)
+        except (OSError, RuntimeError, ValueError):
+            index = None
+        if index is None:
+            return None
         gone = [label for label in self.replaced if label in index]
         if gone:
             index.remove(np.array(gone, dtype=np.uint64))
@@ -324,14 +331,15 @@ class AnnIndexes:
         file cannot be written (a folder that cannot be written, a full disk), the index serves from memory and
         the log is kept (the next process builds again): a search never fails for want of its file."""
         paths = self._paths(org, kind)
-        path = None
+        path = old = None
         if paths is not None:
             sidecar, stem = paths
             path = sidecar.parent / f"{stem}-{seq}.usearch"
+            old = _previous_file(sidecar)
             try:
                 self._write_file(org, kind, base, seq, sidecar, path)
             except (OSError, RuntimeError) as exc:  # usearch reports a failed write as a RuntimeError
-                for leftover in (path.with_name(path.name + ".partial"), sidecar.with_name(sidecar.name + ".partial")):
+                for leftover in (_partial(path), _partial(sidecar)):
                     with suppress(OSError):  # a partial file filling a full disk goes; none there is fine
                         leftover.unlink()
                 _log.warning("the ANN index of %s/%s cannot be saved beside the database (%s): it serves from memory",
@@ -342,23 +350,24 @@ class AnnIndexes:
         with self._write() as db:
             db.execute("UPDATE vector_indexes SET saved_seq = max(saved_seq, ?) WHERE org = ? AND kind = ?", (seq, org, kind))
             db.execute("DELETE FROM vector_log WHERE org = ? AND kind = ? AND seq <= ?", (org, kind, seq))
+        if old is not None and old != path:  # only now: until saved_seq moved, other processes trusted it
+            old.unlink(missing_ok=True)
+        if paths is not None and path is not None:
+            _sweep(paths[0].parent, paths[1], keep=path, seq=seq)
         return path
 
     def _write_file(self, org: str, kind: str, base: Any, seq: int, sidecar: Path, path: Path) -> None:
         sidecar.parent.mkdir(parents=True, exist_ok=True)
-        old = _previous_file(sidecar)
-        partial = path.with_name(path.name + ".partial")
+        partial = _partial(path)
         base.save(str(partial))
         _fsync(partial)
         os.replace(partial, path)
         meta = {"store_id": self.store_id, "org": org, "kind": kind, "seq": seq, "rows": int(base.size),
                 "ndim": int(base.ndim), "file": path.name, "size": path.stat().st_size, "digest": _digest(path)}  # fmt: skip
-        partial = sidecar.with_name(sidecar.name + ".partial")
+        partial = _partial(sidecar)
         partial.write_text(json.dumps(meta), encoding="utf-8")
         _fsync(partial)
         os.replace(partial, sidecar)
-        if old is not None and old != path:
-            old.unlink(missing_ok=True)
 
     # -- building and compacting ---------------------------------------------------------------------
     def _build(self, org: str, kind: str) -> AnnIndex:
@@ -427,6 +436,10 @@ class AnnIndexes:
                 self._open[(org, kind)] = self._build(org, kind)
                 return
             merged = index.merged()
+            if merged is None:  # its file went (another process compacted meanwhile): build from the database
+                self._open.pop((org, kind), None)
+                self._open[(org, kind)] = self._build(org, kind)
+                return
             path = self._save(org, kind, merged, index.seq)
             if path is not None:
                 merged = restore(path)
@@ -478,6 +491,29 @@ def _digest(path: Path) -> str:
             f.seek(max(_DIGEST_BYTES, size - _DIGEST_BYTES))
             h.update(f.read(_DIGEST_BYTES))
     return h.hexdigest()
+
+
+def _partial(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed into place: a name of this process's own, so that two
+    processes saving at the same log position never write one file."""
+    return path.with_name(f"{path.name}.{os.getpid()}.partial")
+
+
+def _sweep(directory: Path, stem: str, *, keep: Path, seq: int) -> None:
+    """Remove what earlier saves of ``stem`` left behind: files of an older log position (a process killed
+    between writing its file and removing the one before it) and partial files an hour old (a process killed
+    while writing). A process that still maps an older file keeps reading it: a removed file stays readable
+    to whoever has it open."""
+    now = time.time()
+    for leftover in [*directory.glob(f"{stem}-*"), *directory.glob(f"{stem}.json.*.partial")]:
+        try:
+            if leftover.name.endswith(".partial"):
+                if now - leftover.stat().st_mtime > _STALE_PARTIAL:
+                    leftover.unlink()
+            elif leftover.suffix == ".usearch" and leftover != keep and int(leftover.stem.rsplit("-", 1)[1]) < seq:
+                leftover.unlink()
+        except (OSError, ValueError, IndexError):
+            continue
 
 
 def _previous_file(sidecar: Path) -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 # numpy, the bundle's pydantic models and the vector search are imported where they are first used, so a
 # store opened for counts, settings or stored results (the CLI's light commands) loads none of them
 
+_log = logging.getLogger(__name__)
 _TABLES: dict[str, str] = {
     "org": "orgs", "caller": "callers", "record": "records",
     "memory": "memories", "document": "documents", "edge": "edges",
@@ -200,8 +202,9 @@ class SQLiteStore:
         for org_id, kind in sorted(kinds):
             try:
                 self._vectors.after_write(org_id, kind)
-            except (sqlite3.DatabaseError, OSError, RuntimeError, ValueError):
-                pass  # the write stands; the next search of (org, kind) checks its index and rebuilds it
+            except Exception as exc:  # noqa: BLE001 - the write is committed: it stands whatever the index does
+                _log.warning("the ANN index of %s/%s was not brought up to date after a write (%s): the next search "
+                             "checks it against the database", org_id, kind, type(exc).__name__)  # fmt: skip
 
     def _write_batch(self, db: sqlite3.Connection, batch: WriteBatch, rowids: "_Rowids", touched: set[str]) -> None:
         for org in batch.orgs:
