@@ -54,3 +54,34 @@ def test_a_file_of_a_newer_dossier_is_refused_before_any_write_is_tried(tmp_path
     db.close()
     with pytest.raises(dossier.SchemaMismatch, match="schema version 999.*upgrade dossier"):
         SQLiteStore(path)
+
+
+def test_a_reader_never_waits_for_a_writer_and_a_write_it_blocks_is_a_store_error(tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    """Another process holds the file's write lock (a long load). Opening an engine and asking it reads
+    only: the embedder is already recorded, so binding it takes no write lock. A write that cannot get the
+    lock fails with StoreError, naming the cause, not a driver error."""
+    import sqlite3
+
+    import pytest
+
+    import dossier
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with dossier.open(url, embedder=embedder) as engine:
+        engine.load_bundle({"orgs": [{"id": "acme"}], "callers": [{"id": "ana", "org": "acme", "roles": ["sales"]}],
+                            "records": [{"id": "r-jane", "org": "acme", "kind": "contact", "identifiers": {"email": "jane@acme.com"}}],
+                            "memories": [{"id": "m-1", "org": "acme", "record": "r-jane", "text": "Jane asked about pricing.",
+                                          "created_at": "2026-01-05T10:00:00Z"}]})  # fmt: skip
+    loader = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    loader.execute("BEGIN IMMEDIATE")  # held, as a load's one write transaction is
+    try:
+        with dossier.open(url, embedder=embedder) as engine:
+            engine.store._db.execute("PRAGMA busy_timeout = 200")  # a write gives up at once (30 s by default)
+            answer = engine.retrieve({"mode": "brief", "record": {"email": "jane@acme.com"}, "message": "pricing?"},
+                                     org="acme", caller="ana")  # fmt: skip
+            assert [m.id for m in answer.sources["memories"].items] == ["m-1"]
+            with pytest.raises(dossier.StoreError, match="cannot be written now .*another process holds its write lock"):
+                engine.store.put_settings({"max_picks": 2}, org="acme")
+    finally:
+        loader.execute("ROLLBACK")
+        loader.close()

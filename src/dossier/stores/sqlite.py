@@ -153,7 +153,11 @@ class SQLiteStore:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:  # "database is locked", after busy_timeout (30 s)
+                raise StoreError(f"SQLite store {self.path} cannot be written now ({exc}): another process holds "
+                                 "its write lock (a load, say); try again once it is done") from exc  # fmt: skip
             try:
                 yield self._db
             except BaseException:
@@ -171,6 +175,9 @@ class SQLiteStore:
 
     def bind_embedder(self, model_id: str, dimensions: int) -> None:
         wanted = f"{model_id}:{dimensions}"
+        bound = self._query("SELECT value FROM meta WHERE key = 'embedder'")
+        if bound and bound[0][0] == wanted:
+            return  # the usual case, read without the write lock: a reader never waits for a load
         with self._transaction() as db:
             row = db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
             if row is None:
