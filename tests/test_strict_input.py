@@ -403,3 +403,15 @@ def test_a_bundle_file_with_a_lone_surrogate_escape_is_refused_and_a_pair_loads(
     pair.write_text('{"orgs": [{"id": "o\\ud83d\\ude00", "name": "x"}], "callers": []}', encoding="utf-8")
     assert engine.load_bundle(pair).inserted == {"orgs": 1}
     assert engine.store.get_org(org="o\U0001f600") is not None
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2066", "\x07", "\u00ad"])
+def test_an_id_with_a_control_or_format_character_is_refused(engine: dossier.Engine, char: str) -> None:
+    """A right-to-left override in an id made an edge display reversed in the inspector; a zero-width space
+    makes two ids look alike. Refused by the bundle check, naming the item, and nothing is stored."""
+    with pytest.raises(dossier.BundleError, match="control or format character") as caught:
+        engine.load_bundle({"orgs": [{"id": "acme"}], "records": [{"id": f"rec-intern{char}", "org": "acme", "kind": "contact"}],
+                            "edges": [{"id": f"e-1{char}", "org": "acme", "src": "rec-intern", "dst": "rec-x", "type": "reports_to"}]})  # fmt: skip
+    assert len(caught.value.problems) == 2
+    assert engine.store.get_org(org="acme") is None  # nothing stored
+    engine.load_bundle({"orgs": [{"id": "acme"}], "records": [{"id": "rec-\u0645\u062d\u0645\u062f", "org": "acme", "kind": "contact"}]})  # right-to-left letters are fine

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import unicodedata
 from datetime import date, datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, ValidationInfo,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, ValidationInfo,
                       field_validator)
 
 from .identifiers import clip, normalize
@@ -100,7 +101,17 @@ def property_display(value: Any) -> str:
     return ", ".join(str(v) for v in property_values(value)) if isinstance(value, list) else str(value)
 
 
-Id = Annotated[str, Field(min_length=1, max_length=ID_MAX)]
+def plain_id(value: str) -> str:
+    """An id with no control or format character (a bidirectional override such as U+202E, a zero-width
+    space): such a character makes an id display as another one, in the inspector and in any log."""
+    for char in value:
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            raise ValueError(f"an id holds no control or format character (it holds U+{ord(char):04X}): such a "
+                             "character can make it display as another id")  # fmt: skip
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(plain_id)]
 Label = Annotated[str, Field(max_length=LABEL_MAX)]
 Labels = Annotated[tuple[Label, ...], Field(max_length=LABELS_MAX)]
 
