@@ -881,6 +881,7 @@ def serve(
     port: int = typer.Option(8000, "--port", help="Port to listen on."),
     workers: int = typer.Option(1, "--workers", help="Worker processes (they share nothing but the store)."),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="Log one line per request."),
+    api_docs: bool = typer.Option(False, "--api-docs", help="Also serve Swagger UI at /docs (its script comes from a CDN)."),
     db: Optional[str] = DB_OPTION,
 ) -> None:
     """Serve the HTTP API (/v1/...) and MCP over streamable HTTP (/mcp); keys from 'dossier keys create'."""
@@ -897,7 +898,10 @@ def serve(
     os.environ.setdefault("DOSSIER_EMBED_THREADS", str(max(1, cores // per_worker)))
     if host in LOOPBACK:  # MCP's DNS-rebinding check of the Host header, as the SDK does on loopback
         os.environ["DOSSIER_ALLOWED_HOSTS"] = "127.0.0.1:*,localhost:*,[::1]:*"
-    err.print(f"dossier: serving {redacted_url(url)} on http://{host}:{port} (API /v1, MCP /mcp, docs /docs)", markup=False)
+    if api_docs:
+        os.environ["DOSSIER_API_DOCS"] = "1"
+    served = "API /v1, MCP /mcp, inspector /inspect, OpenAPI /openapi.json" + (", Swagger UI /docs" if api_docs else "")
+    err.print(f"dossier: serving {redacted_url(url)} on http://{host}:{port} ({served})", markup=False)
     uvicorn.run("dossier.http:app_from_env", factory=True, host=host, port=port, workers=workers,
                 access_log=access_log, log_level="info" if access_log else "warning")  # fmt: skip
 

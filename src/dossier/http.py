@@ -166,9 +166,11 @@ class Status(BaseModel):
 
 # -- the app -----------------------------------------------------------------------------------------
 def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] | None = None,
-               owns_engine: bool = False) -> FastAPI:  # fmt: skip
+               owns_engine: bool = False, api_docs: bool = False) -> FastAPI:  # fmt: skip
     """The HTTP API over ``service``; with ``mcp``, MCP over streamable HTTP at ``/mcp`` too. With
     ``owns_engine`` (``dossier serve``'s workers) the service's engine is closed when the app shuts down.
+    ``api_docs`` serves Swagger UI at ``/docs``; off by default, since its script comes from a CDN and would
+    run on the service's origin, where the inspector page keeps the key pasted into it.
 
     ``allowed_hosts`` (``host:port`` patterns) turns on the MCP SDK's DNS-rebinding check of the
     ``Host`` header; ``dossier serve`` sets it when it listens on a loopback address.
@@ -216,6 +218,8 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
         summary="One call about one customer record: properties, memories, document sections and graph edges, "
         "inside one byte budget.",
         lifespan=lifespan,
+        docs_url="/docs" if api_docs else None,
+        redoc_url=None,
     )
     app.router.route_class = _ParsedJSONRoute
     _errors(app, service)
@@ -345,7 +349,8 @@ def app_from_env() -> FastAPI:
         embedder = OnnxMiniLM(threads=threads)
     engine = dossier.open(os.environ.get("DOSSIER_DATABASE_URL") or None, embedder=embedder)
     hosts = [h for h in os.environ.get("DOSSIER_ALLOWED_HOSTS", "").split(",") if h]
-    return create_app(Service(engine), allowed_hosts=hosts or None, owns_engine=True)
+    return create_app(Service(engine), allowed_hosts=hosts or None, owns_engine=True,
+                      api_docs=os.environ.get("DOSSIER_API_DOCS") == "1")  # fmt: skip
 
 
 # -- errors ------------------------------------------------------------------------------------------

@@ -28,6 +28,18 @@ def test_health_and_openapi_need_no_key(http: httpx.Client) -> None:
     assert {"/v1/retrieve", "/v1/calls/{call_id}", "/v1/feedback", "/v1/bundles", "/v1/records", "/v1/memories",
             "/v1/documents", "/healthz"} <= set(spec["paths"])  # fmt: skip
     assert "RetrieveRequest" in spec["components"]["schemas"]
+    # no third-party script runs on the service's origin (where the inspector keeps a pasted key) unless asked
+    assert http.get("/docs").status_code == 404 and http.get("/redoc").status_code == 404
+
+
+def test_swagger_ui_is_served_when_asked(live: Live) -> None:
+    from fastapi.testclient import TestClient
+
+    from dossier.http import create_app
+
+    with TestClient(create_app(live.service, mcp=False, api_docs=True)) as client:
+        assert client.get("/docs").status_code == 200 and "swagger-ui" in client.get("/docs").text
+        assert client.get("/redoc").status_code == 404
 
 
 def test_retrieve_over_http_returns_what_the_python_api_returns(http: httpx.Client, live: Live) -> None:
