@@ -605,7 +605,9 @@ class CallThreads:
 class Gate:
     """What every request passes before a route sees it, in this order:
 
-    1. ``/v1/`` and ``/mcp`` need a valid API key: 401 before anything else (503 if the store cannot say).
+    1. ``/v1/`` and ``/mcp`` need a valid API key, in one ``Authorization`` header: 401 before anything else (503
+       if the store cannot say). Every answer of theirs, refusals included, carries ``Cache-Control: no-store`` and
+       ``X-Content-Type-Options: nosniff``.
     2. A body over the limit of its path is refused with 413 before anything parses it: by
        ``Content-Length`` when given, else by counting the bytes as they arrive.
     3. The body of a JSON route is read as strict JSON (:func:`parse_json`): 422 otherwise. Bodies of
@@ -630,7 +632,12 @@ class Gate:
         if scope["type"] != "http" or not (path.startswith("/v1/") or path == "/mcp" or path.startswith("/mcp/")):
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        send = _private(send)
+        raw = scope.get("headers", [])
+        if sum(1 for k, _ in raw if k.lower() == b"authorization") > 1:  # proxies and frameworks disagree on which counts
+            await _detail(401, "more than one Authorization header: send one")(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
         try:  # one indexed read, on a worker thread: a database that hangs must not hold the event loop (and /healthz)
             who = await run_in_threadpool(self.service.authenticate, bearer_key(headers.get("authorization")))
         except Unauthorized as exc:
@@ -691,6 +698,24 @@ class Gate:
             kept = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-type"]
             scope["headers"] = [*kept, (b"content-type", b"application/json")]
         await self.app(scope, replay, send)
+
+
+def _private(send: Send) -> Send:
+    """``send`` with what every answer behind a key carries: no cache may keep it (``no-store``, unless the route
+    set its own ``Cache-Control``), and no browser may read it as anything but its declared type."""
+
+    async def private(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            names = {k.lower() for k, _ in headers}
+            if b"cache-control" not in names:
+                headers.append((b"cache-control", b"no-store"))
+            if b"x-content-type-options" not in names:
+                headers.append((b"x-content-type-options", b"nosniff"))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return private
 
 
 def _size(n: int) -> str:

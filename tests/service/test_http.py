@@ -227,3 +227,14 @@ def test_a_store_that_hangs_on_the_key_check_never_holds_healthz(http: httpx.Cli
     finally:
         released.set()
         waiting.join(30)
+
+
+def test_answers_behind_a_key_are_never_cached_or_sniffed_and_two_keys_are_refused(http: httpx.Client, live: Live) -> None:
+    for response in (post(http, live, "/v1/retrieve", BRIEF), http.get("/v1/usage", headers=live.auth("ana")),
+                     http.get("/v1/usage")):  # a refusal too  # fmt: skip
+        assert response.headers["cache-control"] == "no-store"
+        assert response.headers["x-content-type-options"] == "nosniff"
+    assert "no-store" not in http.get("/healthz").headers.get("cache-control", "")  # public routes are left as they are
+    two = [("Authorization", f"Bearer {live.keys['zoe']}"), ("Authorization", f"Bearer {live.keys['ana']}")]
+    refused = http.get("/v1/usage", headers=httpx.Headers(two))
+    assert refused.status_code == 401 and "more than one Authorization header" in refused.json()["detail"]["message"]
