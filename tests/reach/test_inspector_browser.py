@@ -223,6 +223,18 @@ def test_an_earlier_call_opens_by_its_id(browser: Any, served: Served) -> None:
     assert browser.find_element("id", "call").is_displayed() is False
 
 
+@pytest.mark.parametrize("not_a_call", ["..", "call-1/feedback", "x?wait=30"])
+def test_a_call_id_that_would_name_another_route_is_refused_on_the_page(browser: Any, served: Served, not_a_call: str) -> None:
+    from urllib.parse import quote
+
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.execute_script(f"sessionStorage.setItem('dossier.inspector.key', {json.dumps(served.keys['ana'])})")
+    browser.get(f"{served.url}/inspect?call={quote(not_a_call, safe='')}")
+    WebDriverWait(browser, 60).until(lambda b: state(b) in ("done", "error"))
+    assert state(browser) == "error" and "That is not a call id" in browser.find_element("id", "error").text
+
+
 def test_response_text_is_shown_as_text_never_as_html(browser: Any, served: Served) -> None:
     payload = '<img src="/nope" id="injected"><b id="bold">Erin</b> asked about <script>window.hit=1</script>pricing'
     written = httpx.post(f"{served.url}/v1/memories", json={"record": "rec-erin", "text": payload},

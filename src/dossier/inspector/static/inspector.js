@@ -422,6 +422,10 @@ async function openCall(callId, wait) {
     showError(new Failure(null, "Enter a call id."));
     return;
   }
+  if (/[\/\\?#]/.test(callId) || /^\.{1,2}$/.test(callId)) {  // it would name another route, not a call
+    showError(new Failure(null, "That is not a call id: a call id holds no '/', '\\', '?' or '#' and is not '.' or '..'."));
+    return;
+  }
   $("call-id").value = callId;
   history.replaceState(null, "", `?call=${encodeURIComponent(callId)}`);
   document.body.dataset.state = "loading";
@@ -461,7 +465,8 @@ function renderCall(c) {
   show("call", parts);
   if (c.synthesis) renderSynthesis(c.synthesis, "synthesis", c.call_id);
   else if (shape.deferred) show("synthesis", el("h2", null, "Synthesis"), el("p", { class: "note" },
-    "A deferred call of another caller of your org: its answer is theirs."));
+    c.status !== "ok" ? "The call failed before its synthesis ran: there is no answer to show."
+      : "A deferred call of another caller of your org: its answer is theirs."));
 }
 
 // -- wiring ------------------------------------------------------------------------------------------------
