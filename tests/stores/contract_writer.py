@@ -151,6 +151,51 @@ class WriterContract:
         assert store.get_settings(org="acme") == {"thresholds": {"memory_semantic": 0.6}}
         assert store.get_settings(org="beta") is None
 
+    def test_a_write_that_would_close_a_merge_cycle_is_refused_whole(self, store: Store, embedder: Any) -> None:
+        """The loader checks merges before it writes; two loads merging the other way at once both pass that
+        check. The store checks again inside its write, and refuses the one that would close the cycle."""
+        write_world(store, embedder, "acme")
+        store.write(make_batch(embedder, records=[_contact("acme", "r-a", merged_into="r-b"), _contact("acme", "r-b")]))
+        with pytest.raises(dossier.StoreError, match="merged_into makes a cycle in org 'acme' .*'r-b' -> 'r-a' -> 'r-b'"):
+            store.write(make_batch(embedder, records=[_contact("acme", "r-b", merged_into="r-a"), _contact("acme", "r-new")]))
+        assert [r.merged_into for r in store.get_records(["r-b"], org="acme")] == [None]
+        assert store.get_records(["r-new"], org="acme") == []  # nothing of that write
+        store.write(make_batch(embedder, records=[_contact("acme", "r-c", merged_into="r-b")]))  # a chain is fine
+
+    def test_of_two_loads_merging_the_other_way_at_once_one_lands(self, open_store: Callable[[], Store], embedder: Any) -> None:
+        first, second = open_store(), open_store()
+        write_world(first, embedder, "acme")
+        first.write(make_batch(embedder, records=[_contact("acme", "r-a"), _contact("acme", "r-b")]))
+        wrote, release = threading.Event(), threading.Event()
+
+        def slow_load() -> Any:  # the first load's merge is written, then the load goes on (embedding, say)
+            yield make_batch(embedder, records=[_contact("acme", "r-a", merged_into="r-b")])
+            wrote.set()
+            release.wait(20)
+
+        outcomes: list[str] = []
+
+        def run(store: Store, batches: Any) -> None:
+            try:
+                store.write_many(batches)
+                outcomes.append("landed")
+            except dossier.StoreError as exc:
+                outcomes.append(str(exc))
+
+        slow = threading.Thread(target=run, args=(first, slow_load()))
+        slow.start()
+        assert wrote.wait(20)
+        other = threading.Thread(target=run, args=(second, [make_batch(embedder, records=[_contact("acme", "r-b", merged_into="r-a")])]))
+        other.start()
+        other.join(1.0)
+        release.set()
+        slow.join(20)
+        other.join(20)
+        assert sorted(o == "landed" for o in outcomes) == [False, True]
+        assert any("merged_into makes a cycle" in o for o in outcomes)
+        rows = {r.id: r.merged_into for r in first.get_records(["r-a", "r-b"], org="acme")}
+        assert list(rows.values()).count(None) == 1  # one merge stored, not both
+
     def test_settings_update_reads_and_writes_in_one_transaction(self, store: Store, embedder: Any) -> None:
         write_world(store, embedder, "acme")
         seen: list[dict | None] = []

@@ -51,6 +51,34 @@ class Hit:
     score: float
 
 
+def merge_cycle(merged_into: Callable[[str], str | None], start: str, *, most: int = 10_000) -> list[str] | None:
+    """The merge cycle the record ``start`` is on, in order from it (``merged_into`` reads a record's target, None
+    when it has none or is not there), or None. A store's write checks the records it merges before it commits,
+    so that two loads merging ``a`` into ``b`` and ``b`` into ``a`` at once cannot both land (each passed the
+    loader's own check, made before either wrote)."""
+    path, at = [start], {start: 0}
+    node = start
+    while len(path) <= most:
+        target = merged_into(node)
+        if target is None:
+            return None
+        if target in at:
+            return path[at[target]:]
+        at[target] = len(path)
+        path.append(target)
+        node = target
+    return None
+
+
+def merge_cycle_error(org: str, cycle: list[str]) -> str:
+    """What a store's write says when its merges would close ``cycle``."""
+    from ..identifiers import clip
+
+    shown = " -> ".join(clip(r, 60) for r in cycle[:5]) + (" -> ..." if len(cycle) > 5 else "")
+    return (f"merged_into makes a cycle in org {clip(org, 60)} with records written meanwhile: {shown} -> "
+            f"{clip(cycle[0], 60)} (another load merged them the other way); nothing was written")
+
+
 @dataclass(frozen=True, slots=True)
 class DocumentAccess:
     """Who may see a document that not everyone of its org may (:meth:`StoreReader.restricted_documents`):

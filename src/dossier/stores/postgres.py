@@ -47,8 +47,8 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import ConfigError, SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, require_org, shown_records, text_scope_asked,
-                   walk_edges)
+from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, merge_cycle,
+                   merge_cycle_error, require_org, shown_records, text_scope_asked, walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
 from .postgres_pool import Pool, dropped
@@ -265,10 +265,18 @@ class PostgresStore:
         kinds: set[tuple[str, str]] = set()
         created: dict[str, str] = {}  # vector partitions this transaction attaches (known to all once it commits)
         texts: set[str] = set()  # ... and full-text partitions
+        merged: set[tuple[str, str]] = set()  # (org, record) merged by this write
+        locked: set[str] = set()  # orgs whose merges this transaction holds
         try:
             with self._transaction(None) as conn:
                 for batch in batches:
                     groups = group_by_org(batch)  # refuses an item without an org before anything is written
+                    for org in sorted({r.org for r, _ in batch.records if r.merged_into} - locked):
+                        # held to the end of the transaction: two loads merging in one org write one after the
+                        # other, so the check below sees the other's merges (committed before this one got the lock)
+                        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%b, 0))", ["dossier.merges:" + org])
+                        locked.add(org)
+                    merged |= {(r.org, r.id) for r, _ in batch.records if r.merged_into}
                     for org in sorted({v.org for v in batch.vectors} - self._partitions.keys() - created.keys()):
                         # on this transaction: one attached by another session after this one first touched
                         # ``vectors`` (deleting a record's old property vectors, say) would stay unseen here
@@ -289,6 +297,16 @@ class PostgresStore:
                                      ("documents", len(batch.documents)), ("sections", sections),
                                      ("sections_fts", sections), ("vectors", len(batch.vectors))):  # fmt: skip
                         sizes[table] += n
+                for org, record_id in sorted(merged):
+                    conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
+
+                    def target(rid: str, org: str = org) -> str | None:
+                        row = conn.execute("SELECT merged_into FROM records WHERE org = %b AND id = %b", [org, rid]).fetchone()
+                        return row[0] if row else None
+
+                    cycle = merge_cycle(target, record_id)
+                    if cycle is not None:
+                        raise StoreError(merge_cycle_error(org, cycle))
         except StoreError:
             raise
         except psycopg.Error as exc:

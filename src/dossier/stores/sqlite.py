@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
-from .base import (RESTRICTED_SQL, DocumentAccess, EdgeHop, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch, property_key, require_org,
-                   shown_records, text_scope_asked,
+from .base import (RESTRICTED_SQL, DocumentAccess, EdgeHop, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch, merge_cycle,
+                   merge_cycle_error, property_key, require_org, shown_records, text_scope_asked,
                    walk_edges)
 from .fulltext import fts5_query, terms
 from .sqlite_cache import GenerationCache, document_chars, memory_chars
@@ -197,11 +197,22 @@ class SQLiteStore:
         try:
             with self._transaction() as db:
                 rowids = _Rowids()
+                merged: set[tuple[str, str]] = set()  # (org, record) merged by this write
                 for batch in batches:
                     self._write_batch(db, batch, rowids, touched)
+                    merged |= {(r.org, r.id) for r, _ in batch.records if r.merged_into}
                     kinds |= {(v.org, v.kind) for v in batch.vectors}
                     kinds |= {(r.org, "property") for r, _ in batch.records} | {(d.org, "section") for d, _ in batch.documents}
                     rowids.own_text_tables(db)  # after each batch: a large load writes the rest into them
+                for org_id, record_id in sorted(merged):  # checked under the write lock: no other writer between
+
+                    def target(rid: str, org_id: str = org_id) -> str | None:
+                        row = db.execute("SELECT merged_into FROM records WHERE org = ? AND id = ?", (org_id, rid)).fetchone()
+                        return row[0] if row else None
+
+                    cycle = merge_cycle(target, record_id)
+                    if cycle is not None:
+                        raise StoreError(merge_cycle_error(org_id, cycle))
                 for org_id in touched:
                     db.execute("UPDATE orgs SET generation = generation + 1 WHERE id = ?", (org_id,))
         except sqlite3.DatabaseError as exc:
