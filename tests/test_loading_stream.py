@@ -206,3 +206,22 @@ def test_a_streamed_load_of_new_orgs_on_every_store(store_url: str) -> None:
             hits = engine.store.search_vectors("memory", HashEmbedder().embed_query(text), org=org, limit=5)
             assert "m7" in {h.id for h in hits if h.score > 0.9999}
         assert engine.load_bundle(data).embedded == 0
+
+
+def test_a_bundle_file_rewritten_while_it_loads_is_refused_and_nothing_is_written(engine: dossier.Engine, tmp_path: Path) -> None:
+    """A load reads its file three times (check, embed, write). A file rewritten after the check would have
+    items written that no check saw (a memory of an unknown record) or a text stored with the vector of the
+    old one; the load is refused instead, and a load of the file as it now is works."""
+    data = big_bundle(memories=40)
+    path = write_file(tmp_path, data)
+    changed = json.loads(json.dumps(data))
+    changed["memories"][0]["record"] = "ghost-record"
+
+    def rewrite() -> None:  # between the check and the embedding
+        path.write_text(json.dumps(changed) + " ")
+
+    with pytest.raises(BundleError, match="the file changed while it was being loaded"):
+        loading.load_bundle(engine.store, engine.embedder, path, before_write=rewrite)
+    assert engine.store.get_org(org="acme") is None  # nothing written
+    with pytest.raises(BundleError, match="ghost-record"):  # checked as it is now
+        engine.load_bundle(path)

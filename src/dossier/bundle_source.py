@@ -28,11 +28,13 @@ class BundleSource:
         self._source = source
         #: items are already validated models (a Bundle), not raw JSON values
         self.validated = isinstance(source, Bundle)
+        self._stamp: tuple[int, int, int] | None = None
         if isinstance(source, (str, Path)):
             path = Path(source)
             try:
                 with path.open("rb"):
                     pass
+                self._stamp = _stamp(path)
             except OSError as exc:
                 raise UsageError(f"cannot read bundle {source}: {exc.strerror or exc}") from exc
         elif not isinstance(source, (Mapping, Bundle)):
@@ -54,7 +56,25 @@ class BundleSource:
                 else:
                     yield key, None, value
         else:
+            # a load reads the file three times (check, embed, write): each read must be of the file checked
+            self._unchanged(Path(source))
             yield from _file_entries(Path(source))
+            self._unchanged(Path(source))
+
+    def _unchanged(self, path: Path) -> None:
+        try:
+            now = _stamp(path)
+        except OSError as exc:
+            raise UsageError(f"cannot read bundle {path}: {exc.strerror or exc}") from exc
+        if now != self._stamp:
+            raise BundleError([Problem("bundle", None, "the file changed while it was being loaded (its size or "
+                                       "modification time moved): nothing was written; load it again")])  # fmt: skip
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """What tells one state of a file from another: its size, modification time (ns) and inode."""
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
 def _file_entries(path: Path) -> Iterator[Entry]:
