@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .evaluation.dataset import Dataset
     from .evaluation.fit import OrgFit
     from .loading import LoadReport
+    from .providers.ranker import LinearRanker
     from .schema import Synthesis
 
 DEFAULT_DB = "sqlite:///dossier.db"
@@ -746,16 +747,24 @@ def _stored_ranker(engine: Any, org: str) -> bool:
     return isinstance(rankers, dict) and bool(rankers.get("sections"))
 
 
+def _ranker_to_beat() -> "LinearRanker":
+    """The section ranker an org without its own runs: the shipped one, or the file ``$DOSSIER_RANKER_FILE``
+    names. An org's fit is kept only where it beats that one on the org's held-out questions."""
+    from .pipeline.features import SECTION_FEATURES
+    from .providers.ranker import FILE_ENV, shipped
+
+    return shipped("sections", SECTION_FEATURES, path=os.environ.get(FILE_ENV) or None)
+
+
 def _fit_rankers(data: "Dataset", orgs: list[str]) -> dict[str, "OrgFit"]:
     """Each org's own section ranker, fitted on its labelled questions (or the reason it keeps the shipped one)."""
     import tempfile
 
     from .evaluation.fit import OrgFit, fit_org
-    from .pipeline.features import SECTION_FEATURES
-    from .providers.ranker import RankerUnavailable, shipped
+    from .providers.ranker import RankerUnavailable
 
     try:
-        base = shipped("sections", SECTION_FEATURES)
+        base = _ranker_to_beat()
     except RankerUnavailable as exc:
         return {org: OrgFit(org, None, f"no shipped ranker to compare with ({exc})", {}) for org in orgs}
     with tempfile.TemporaryDirectory(prefix="dossier-fit-") as tmp, dossier.open(f"sqlite:///{tmp}/f.db") as engine:

@@ -132,3 +132,19 @@ def test_calibrate_writes_thresholds_that_later_calls_use(tmp_path: Path) -> Non
         stored = engine.store.get_settings(org="northwind")
         assert stored == {**earlier, "thresholds": recommended}
         assert engine.settings_for("northwind").thresholds.memory_semantic == recommended["memory_semantic"]
+
+
+def test_an_orgs_fit_is_held_against_the_ranker_it_would_otherwise_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With $DOSSIER_RANKER_FILE naming another shipped file, calls without an org ranker run that file's
+    model: an org's fit must beat that one, not the packaged model nobody runs."""
+    from dossier import cli
+    from dossier.providers import ranker
+
+    packaged = json.loads((Path(ranker.__file__).parent / "data" / "ranker.json").read_text())
+    packaged["sections"]["intercept"] = packaged["sections"]["intercept"] + 1.0
+    other = tmp_path / "ranker.json"
+    other.write_text(json.dumps(packaged))
+    monkeypatch.delenv(ranker.FILE_ENV, raising=False)
+    assert cli._ranker_to_beat().intercept != packaged["sections"]["intercept"]
+    monkeypatch.setenv(ranker.FILE_ENV, str(other))
+    assert cli._ranker_to_beat().intercept == packaged["sections"]["intercept"]
