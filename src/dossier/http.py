@@ -425,7 +425,7 @@ def _errors(app: FastAPI, service: Service) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 404:
-            message = "no such route (the API is under /v1; see /docs)"
+            message = "no such route (the API is under /v1; its OpenAPI document is /openapi.json)"
         elif exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
             message = f"method {request.method} is not allowed here" + (f"; allowed: {allowed}" if allowed else "")

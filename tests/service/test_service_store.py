@@ -252,3 +252,27 @@ def test_readiness_and_refusals_are_audited_on_every_backend(store_url: str, emb
         [row] = service.store.audit_rows(org="northwind", limit=1)
         assert row.error_type == "InvalidRequest" and json.loads(row.shape)["invalid_field"] == "trace"
         assert "jane" not in repr(service.store.audit_rows(org="northwind", limit=10))
+
+
+@pytest.mark.parametrize("settings", ["session", "transaction"])
+def test_a_key_check_a_lock_keeps_waiting_fails_at_the_statement_timeout(postgres_server, settings: str) -> None:  # type: ignore[no-untyped-def]
+    """The data store's dossier_statement_timeout_ms bounds the service tables' statements too: a key check
+    behind a lock held elsewhere fails with StoreError (a 503) instead of holding a worker's thread."""
+    import psycopg
+
+    from dossier.errors import StoreError
+
+    url = postgres_server.create_database()
+    sep = "&" if "?" in url else "?"
+    store = service_store_from_url(f"{url}{sep}dossier_statement_timeout_ms=300&dossier_settings={settings}")
+    try:
+        store.add_key(ApiKey(id="k1", org="north", caller="ana", secret_hash="h" * 64, created_at=1.0))
+        with psycopg.connect(url) as locker:
+            locker.execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(StoreError, match="statement timeout .300 ms"):
+                store.get_key("k1")
+            locker.rollback()
+        assert store.get_key("k1") is not None
+    finally:
+        store.close()
+        postgres_server.drop_database(url)

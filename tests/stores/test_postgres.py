@@ -313,6 +313,21 @@ def test_a_read_blocked_on_the_server_fails_at_the_statement_timeout_and_a_write
         store.close()
 
 
+def test_a_committed_write_stands_when_its_upkeep_fails(pg_store: PostgresStore, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """After the commit a large write refreshes statistics (VACUUM ANALYZE) and may build an HNSW index. A
+    failure there (the connection dropped by a restart, say) used to reach the caller as a raw driver error (an
+    HTTP 500) for data that was stored; now it is a warning in the log and the write returns."""
+
+    def dropped(*_: Any) -> None:
+        raise psycopg.OperationalError("the connection is closed")
+
+    monkeypatch.setattr(pg_store, "_analyze", dropped)
+    write_world(pg_store, embedder, "acme")  # returns
+    assert pg_store.counts(org="acme")["memories"] > 0
+    assert "were not brought up to date after a write (OperationalError)" in caplog.text
+
+
 def test_a_statement_timeout_that_is_not_a_number_is_refused(pg_url: str) -> None:
     sep = "&" if "?" in pg_url else "?"
     with pytest.raises(dossier.ConfigError, match="dossier_statement_timeout_ms must be a whole number"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -45,7 +46,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pgvector.psycopg.vector import register_vector_info
 
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
-from ..errors import ConfigError, SchemaMismatch, StoreError, StoreUnavailable, redacted_url
+from ..errors import ConfigError, DossierError, SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
 from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, merge_cycle,
                    merge_cycle_error, require_org, shown_records, text_scope_asked, walk_edges)
@@ -92,6 +93,8 @@ def _attach(conn: psycopg.Connection, org: str, registry: LiteralString, lock: i
         conn.execute(trusted(f"INSERT INTO {registry} VALUES (%b, %b)"), [org, name])
 
 
+_log = logging.getLogger(__name__)
+
 class _Connection(psycopg.Connection):
     """A pooled connection that remembers its session settings, so they are sent only when they change."""
 
@@ -131,7 +134,7 @@ class PostgresStore:
         #: a read's longest run on the server (0: no limit): a read blocked by a lock or a hung server fails
         #: with StoreError instead of holding a call's thread for ever. Writes, index builds and VACUUM are
         #: not bounded (a large load's statements run long).
-        self.statement_timeout_ms = _non_negative(options.get("statement_timeout_ms", statement_timeout_ms), "statement_timeout_ms")
+        self.statement_timeout_ms = statement_timeout(options, statement_timeout_ms)
         self._indexed: dict[tuple[str, str], float | bool] = {}  # (org, kind) -> True, or when last seen unindexed
         self._partitions: dict[str, str] = {}  # org -> partition table, once known to exist
         self._text_partitions: set[str] = set()  # orgs whose full-text partitions are known to exist
@@ -314,17 +317,21 @@ class PostgresStore:
         self._partitions.update(created)
         self._text_partitions |= texts
         self._text.forget(orgs)
-        self._analyze(sizes)
-        for org, kind in sorted(kinds):
-            self._maybe_index(org, kind)
+        try:  # upkeep of a write that is committed: it stands whatever happens here
+            self._analyze(sizes)
+            for org, kind in sorted(kinds):
+                self._maybe_index(org, kind)
+        except (DossierError, psycopg.Error) as exc:
+            _log.warning("statistics or an HNSW index were not brought up to date after a write (%s): the next "
+                         "write tries again, and searches stay exact meanwhile", type(exc).__name__)  # fmt: skip
 
     def _analyze(self, sizes: dict[str, int]) -> None:
         """Refresh the planner's statistics after a large write (choosing between the GIN index and the
         (org, record) index, say, depends on them), rather than waiting for autovacuum to notice."""
         large = [table for table, n in sizes.items() if n >= _ANALYZE_AFTER]
         if large:  # VACUUM too: on all-visible pages, counting GIN matches skips the table (full-text IDF)
-            with self._pool.connection() as conn, _unbounded(conn):
-                conn.execute("VACUUM (ANALYZE) " + ", ".join(large))
+            with self._pool.connection() as conn, _unbounded(conn):  # a table another session locks is left to autovacuum
+                conn.execute("VACUUM (ANALYZE, SKIP_LOCKED) " + ", ".join(large))
 
     def _ensure_partition(self, org: str) -> None:
         """Create ``org``'s vector partition if it does not exist yet (its own short transaction)."""
@@ -825,13 +832,15 @@ def _unbounded(conn: psycopg.Connection) -> Iterator[None]:
         conn.execute("SELECT set_config('statement_timeout', %s, false)", [kept[0] if kept else "0"])
 
 
-def _non_negative(value: Any, name: str) -> int:
+def statement_timeout(options: dict[str, str], default: int = 30_000) -> int:
+    """The ``dossier_statement_timeout_ms`` of a URL's options (``default`` when absent): milliseconds, 0 for none."""
+    value = options.get("statement_timeout_ms", default)
     try:
         number = int(value)
     except (TypeError, ValueError):
         number = -1
     if number < 0:
-        raise ConfigError(f"dossier_{name} must be a whole number of milliseconds, 0 or more (got {value!r})")
+        raise ConfigError(f"dossier_statement_timeout_ms must be a whole number of milliseconds, 0 or more (got {value!r})")
     return number
 
 

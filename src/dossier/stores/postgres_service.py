@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable, redacted_url
-from .postgres import _dossier_options, trusted
+from .postgres import _dossier_options, statement_timeout, trusted
 from .postgres_pool import Pool, dropped
 from .service_sql import Access, SQLServiceStore, Statement
 
@@ -62,7 +62,11 @@ class PostgresServiceDialect:
 
     def __init__(self, url: str, *, pool_size: int, timeout: float) -> None:
         self.url = url
-        url, _ = _dossier_options(url)  # the data store's own options are not libpq's
+        url, options = _dossier_options(url)  # the data store's own options are not libpq's
+        #: the data store's bound on a statement (``dossier_statement_timeout_ms``) holds here too: a key check
+        #: that a lock keeps waiting fails (503) instead of holding a worker's thread
+        self.statement_timeout_ms = statement_timeout(options)
+        self._per_transaction = options.get("settings", "session") != "session"
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 self._migrate(conn)
@@ -70,9 +74,13 @@ class PostgresServiceDialect:
             raise StoreUnavailable(f"cannot open the service tables at {redacted_url(url)}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"cannot prepare the service tables at {redacted_url(url)}: {exc}") from exc
+        def configure(conn: psycopg.Connection) -> None:
+            if not self._per_transaction:  # behind a transaction-pooling proxy it is set in each transaction (run)
+                conn.execute(f"SET statement_timeout = {self.statement_timeout_ms}")
+
         def make() -> ConnectionPool:
             return ConnectionPool(url, min_size=1, max_size=pool_size, timeout=timeout, kwargs={"autocommit": True},
-                                  open=False, name="dossier-service")  # fmt: skip
+                                  configure=configure, open=False, name="dossier-service")  # fmt: skip
 
         self._pool = Pool(make, url=url, label=redacted_url(url), probe_timeout=min(timeout, 5.0))
         try:
@@ -115,11 +123,16 @@ class PostgresServiceDialect:
                     began = True
                     rows: list[tuple] = []
                     count = -1
+                    if self._per_transaction:
+                        conn.execute("SELECT set_config('statement_timeout', %b, true)", [str(self.statement_timeout_ms)])
                     for sql, params in statements:
                         cur = conn.execute(trusted(sql), params, binary=True)
                         rows = cur.fetchall() if cur.description else []
                         count = cur.rowcount
                     return rows, count
+            except psycopg.errors.QueryCanceled as exc:
+                raise StoreError(f"a service statement ran past the store's statement timeout ({self.statement_timeout_ms} ms; "
+                                 f"dossier_statement_timeout_ms on the URL): {exc}") from exc  # fmt: skip
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if not began and dropped(self._pool, conn, attempt):  # BEGIN failed: nothing ran on it
                     continue
