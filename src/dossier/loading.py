@@ -436,7 +436,7 @@ STAGED_IN_MEMORY = 20_000  # vectors a load keeps in memory before the rest wait
 
 def load_bundle(
     store: Store, embedder: Embedder, source: str | Path | Mapping[str, Any] | Bundle, *, progress: Progress | None = None,
-    before_write: Callable[[], None] | None = None,
+    before_write: Callable[[], None] | None = None, guard: bool = False,
 ) -> LoadReport:
     """Load a bundle in three reads of its source, holding one chunk of items at a time:
 
@@ -449,6 +449,8 @@ def load_bundle(
     ``progress(done, total)`` follows step 2: texts of changed items done, of ``total``. ``before_write`` runs
     once the bundle passed every check, before anything is embedded or written; what it raises refuses the
     load (the service's permission checks, so that a broken write is told it is broken before anything else).
+    ``guard``: the write of a caller without the admin role, refused inside the store's write when it reaches a
+    record hidden by a deletion (:attr:`~dossier.stores.base.WriteBatch.guard`).
     """
     started = time.perf_counter()
     bundle = BundleSource(source)
@@ -482,7 +484,7 @@ def load_bundle(
     with _Staged() as staged:
         report.embedded = _embed(store, embedder, bundle, scan, staged, progress)
         if any(any(bits) for bits in scan.changed.values()) or len(staged):
-            store.write_many(_batches(bundle, scan, staged))
+            store.write_many(_batches(bundle, scan, staged, guard))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -544,16 +546,16 @@ def _embed(store: Store, embedder: Embedder, bundle: BundleSource, scan: _Scan, 
     return embedded
 
 
-def _batches(bundle: BundleSource, scan: _Scan, staged: "_Staged") -> Iterator[WriteBatch]:
+def _batches(bundle: BundleSource, scan: _Scan, staged: "_Staged", guard: bool = False) -> Iterator[WriteBatch]:
     """The changed items, then the new vectors, a chunk at a time (written in one transaction)."""
-    batch, size = WriteBatch(), 0
+    batch, size = WriteBatch(guard=guard), 0
     for list_name, item, digest in _changed_items(bundle, scan):
         target = getattr(batch, list_name)
         target.append(item if list_name in ("orgs", "callers") else (item, digest))
         size += 1 + (len(item.sections) if list_name == "documents" else 0)
         if size >= CHUNK:
             yield batch
-            batch, size = WriteBatch(), 0
+            batch, size = WriteBatch(guard=guard), 0
     if size:
         yield batch
     for vectors in staged.chunks(CHUNK):

@@ -410,7 +410,7 @@ class Service:
             targets = [str(i["merged_into"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("merged_into"), str)]
             self._refuse_hidden_by_deletion(principal, [*ids, *targets])
             self._refuse_taken_identifiers(principal, items)
-        return self.engine.load_bundle({"records": items})
+        return self._load(principal, {"records": items})
 
     def _refuse_taken_identifiers(self, principal: Principal, items: list[Any]) -> None:
         """An identifier that already names a live record (not this one, nor one merged with it) goes to another
@@ -435,6 +435,15 @@ class Service:
                     if holder.id in shown and survivor(store, holder, org=principal.org)[0].id != item["id"]:
                         raise Forbidden(f"{kind} {clip(value)} already names record {holder.id!r}: only the admin role "
                                         "gives it to another record (or merge the two, merged_into)")  # fmt: skip
+
+    def _load(self, principal: Principal, bundle: Mapping[str, Any], *, before_write: Callable[[], None] | None = None) -> LoadReport:
+        """Load items a principal wrote. For a caller without the admin role the store checks again, inside its
+        write, what the checks before it checked (nothing reaches a record hidden by a deletion): a deletion
+        committed between those checks and the write would otherwise be undone by it."""
+        from .loading import load_bundle
+
+        return load_bundle(self.engine.store, self.engine.embedder, bundle, before_write=before_write,
+                           guard=not self._is_admin(principal))  # fmt: skip
 
     def _refuse_hidden_by_deletion(self, principal: Principal, record_ids: Iterable[str]) -> None:
         """A record hidden by a deletion (pending deletion, or merged directly or not into such a record) is the
@@ -473,7 +482,7 @@ class Service:
             hidden = set(owners.values()) - shown_records(store, sorted(set(owners.values())), org=principal.org)
             for memory_id in sorted(i for i, owner in owners.items() if owner in hidden):  # its owner is not named
                 raise Forbidden(f"memory {memory_id!r} exists and this caller may not change it")
-        self.engine.load_bundle({"memories": [m.model_dump(mode="json") for m in out]})
+        self._load(principal, {"memories": [m.model_dump(mode="json") for m in out]})
         return out
 
     def remember(self, principal: Principal, record: RecordRef | Mapping[str, Any], text: str,
@@ -539,8 +548,8 @@ class Service:
 
         # asked once the write passed every check of the bundle: a broken write is told it is broken, so a write
         # meant to fail cannot ask, for free, whether a document this caller may not see exists
-        self.engine.load_bundle({"documents": [d.model_dump(mode="json") for d in out]},
-                                before_write=None if ADMIN_ROLE in roles else permitted)  # fmt: skip
+        self._load(principal, {"documents": [d.model_dump(mode="json") for d in out]},
+                   before_write=None if ADMIN_ROLE in roles else permitted)  # fmt: skip
         return out
 
     def _scoped(self, principal: Principal, item: Any, list_name: str) -> Any:

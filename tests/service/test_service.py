@@ -212,6 +212,35 @@ def test_an_identifier_of_a_live_record_goes_to_another_record_by_the_admin_alon
     assert service.engine.store.get_records(["rec-a-jane"], org="northwind")
 
 
+def test_a_deletion_committed_after_the_services_checks_still_refuses_the_write(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service checks a non-admin write before it loads it; a deletion another worker commits between
+    that check and the write would be undone by it (the record written back as not pending deletion). The
+    store checks again inside its write, so the write is refused whole and the deletion stands. Here the
+    service's own checks are passed by, as when they ran before the deletion landed."""
+    store = service.engine.store
+    monkeypatch.setattr(service, "_refuse_hidden_by_deletion", lambda *_: None)
+    monkeypatch.setattr(service, "_refuse_taken_identifiers", lambda *_: None)
+    [george] = store.get_records(["rec-george"], org="northwind")
+    assert george.pending_deletion
+    with pytest.raises(dossier.UsageError, match="record 'rec-george' is pending deletion"):
+        service.add_records(principal("ana"), [{"id": "rec-george", "kind": "contact", "properties": {"name": "back"}}])
+    with pytest.raises(dossier.UsageError, match="record 'rec-george' is pending deletion"):
+        service.add_records(principal("ana"), [{"id": "rec-new", "kind": "contact", "merged_into": "rec-george"}])
+    with pytest.raises(dossier.UsageError, match="record 'rec-george' is pending deletion"):
+        service.add_memories(principal("ana"), [{"record": "rec-george", "text": "a memory for a deleted record"}])
+    from dossier.loading import load_bundle
+
+    moved = {"memories": [{"id": "mem-0163", "org": "northwind", "record": "rec-raj", "text": "moved off him",
+                           "created_at": "2026-01-05T10:00:00Z"}]}  # as the write the service passes on  # fmt: skip
+    with pytest.raises(Forbidden, match="memory 'mem-0163' exists and this caller may not change it") as caught:
+        load_bundle(store, service.engine.embedder, moved, guard=True)
+    assert "george" not in str(caught.value)
+    assert store.get_records(["rec-george"], org="northwind")[0].pending_deletion
+    assert store.get_records(["rec-new"], org="northwind") == []
+    assert store.get_memories(["mem-0163"], org="northwind")[0].record == "rec-george"
+    service.add_records(principal("admin"), [{**george.model_dump(mode="json"), "properties": {"name": "kept"}}])  # the admin's
+
+
 def test_nothing_is_moved_off_merged_into_or_attached_to_a_record_pending_deletion(service: Service) -> None:
     """rec-george is pending deletion; mem-0163 is one of his memories. A caller who is not the admin can no
     more reach his data through an existing id, a merge or a new note than by writing to him directly."""

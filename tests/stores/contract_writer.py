@@ -196,6 +196,33 @@ class WriterContract:
         rows = {r.id: r.merged_into for r in first.get_records(["r-a", "r-b"], org="acme")}
         assert list(rows.values()).count(None) == 1  # one merge stored, not both
 
+    def test_a_guarded_write_never_reaches_a_record_hidden_by_a_deletion(self, store: Store, embedder: Any) -> None:
+        """A write of a caller without the admin role (``guard``) is checked inside the store's write: refused
+        whole when it rewrites, merges into or adds a memory to a record pending deletion or merged into one,
+        or moves a stored memory off such a record; the same write unguarded (the admin's) goes through."""
+        write_world(store, embedder, "acme")
+        store.write(make_batch(embedder, records=[_contact("acme", "r-gone", pending_deletion=True),
+                                                  _contact("acme", "r-under", merged_into="r-gone")],
+                               memories=[_memory("acme", "m-gone", "r-under", "A memory of a hidden record.", "2024-05-01T00:00:00")]))  # fmt: skip
+        refused = [
+            (make_batch(embedder, records=[_contact("acme", "r-gone", properties={"name": "back"})]), "'r-gone' is pending deletion"),
+            (make_batch(embedder, records=[_contact("acme", "r-new", merged_into="r-under")]), "'r-under' is merged into a record pending deletion"),
+            (make_batch(embedder, memories=[_memory("acme", "m-new", "r-under", "Added.", "2024-05-02T00:00:00")]), "merged into a record pending"),
+            (make_batch(embedder, memories=[_memory("acme", "m-gone", "r-bob", "Moved.", "2024-05-02T00:00:00")]), "'m-gone' exists and this caller may not"),
+        ]
+        for batch, message in refused:
+            batch.guard = True
+            with pytest.raises(dossier.UsageError, match=message):
+                store.write(batch)
+        assert store.get_records(["r-gone"], org="acme")[0].pending_deletion
+        assert store.get_records(["r-new"], org="acme") == [] and store.get_memories(["m-new"], org="acme") == []
+        assert store.get_memories(["m-gone"], org="acme")[0].record == "r-under"
+        allowed = make_batch(embedder, records=[_contact("acme", "r-bob", properties={"role": "CFO"})])
+        allowed.guard = True
+        store.write(allowed)  # a live record: written
+        store.write(refused[0][0].__class__(records=refused[0][0].records))  # unguarded (the admin's): written
+        assert not store.get_records(["r-gone"], org="acme")[0].pending_deletion
+
     def test_settings_update_reads_and_writes_in_one_transaction(self, store: Store, embedder: Any) -> None:
         write_world(store, embedder, "acme")
         seen: list[dict | None] = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, Generic, Hashable, Iterable, Literal, Protocol, Sequence, TypeAlias, TypeVar,
                     runtime_checkable)
 
-from ..errors import OrgRequired
+from ..errors import Forbidden, OrgRequired, UsageError
 
 if TYPE_CHECKING:  # annotations only: importing the protocol loads neither numpy nor the bundle's models
     import numpy as np
@@ -49,6 +49,51 @@ class Hit:
     id: str
     parent: str
     score: float
+
+
+def deletion_guard(batch: WriteBatch, records: Callable[[list[str]], dict[str, tuple[bool, str | None]]],
+                   memory_owners: Callable[[list[str]], dict[str, str]],
+                   attached: Callable[[list[str]], dict[str, str | None]]) -> None:  # fmt: skip
+    """Refuse a guarded batch (``batch.guard``) that reaches a record hidden by a deletion: one it writes,
+    merges into, or adds a memory or a note to, or a stored memory or note it would rewrite. The readers run
+    inside the write's transaction (``records``: id -> (pending_deletion, merged_into), holding those rows
+    against a concurrent change where the store can; ``memory_owners``: stored memory id -> its record;
+    ``attached``: stored document id -> its attached record), so that a deletion another process committed
+    first counts. What is refused and how is what the service says before the write (docs/service.md)."""
+    if not batch.guard:
+        return
+    named = {r.id for r, _ in batch.records} | {r.merged_into for r, _ in batch.records if r.merged_into}
+    named |= {m.record for m, _ in batch.memories} | {d.attached_record for d, _ in batch.documents if d.attached_record}
+    owners = memory_owners(sorted({m.id for m, _ in batch.memories}))
+    notes = {doc: rec for doc, rec in attached(sorted({d.id for d, _ in batch.documents})).items() if rec}
+    rows: dict[str, tuple[bool, str | None]] = {}
+    ahead = sorted(named | set(owners.values()) | set(notes.values()))
+    while ahead:  # the merge chains, a hop at a time
+        rows.update(records(ahead))
+        ahead = sorted({into for _, into in rows.values() if into and into not in rows} - set(ahead))
+
+    def hidden(record_id: str) -> bool:
+        seen: set[str] = set()
+        at: str | None = record_id
+        while at is not None and at in rows and at not in seen:
+            pending, into = rows[at]
+            if pending:
+                return True
+            seen.add(at)
+            at = into
+        return False
+
+    for memory_id, owner in sorted(owners.items()):  # the owner is not named: the caller may not know it
+        if hidden(owner):
+            raise Forbidden(f"memory {memory_id!r} exists and this caller may not change it")
+    for document_id, record_id in sorted(notes.items()):
+        if hidden(record_id):
+            raise Forbidden(f"document {document_id!r} exists and this caller may not see it, so cannot replace it")
+    for record_id in sorted(named):
+        if record_id in rows and rows[record_id][0]:
+            raise UsageError(f"record {record_id!r} is pending deletion: nothing can be added to it")
+        if hidden(record_id):
+            raise UsageError(f"record {record_id!r} is merged into a record pending deletion: nothing can be added to it")
 
 
 def merge_cycle(merged_into: Callable[[str], str | None], start: str, *, most: int = 10_000) -> list[str] | None:
@@ -272,6 +317,9 @@ class WriteBatch:
     documents: list[tuple[Document, str]] = field(default_factory=list)
     edges: list[tuple[Edge, str]] = field(default_factory=list)
     vectors: list[VectorWrite] = field(default_factory=list)
+    #: the write of a caller without the admin role: refused whole (:func:`deletion_guard`) when it reaches a
+    #: record hidden by a deletion, checked inside the write, so that a deletion committed meanwhile counts
+    guard: bool = False
 
     def __len__(self) -> int:
         return sum(len(x) for x in (self.orgs, self.callers, self.records, self.memories, self.documents, self.edges))

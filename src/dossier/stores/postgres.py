@@ -48,8 +48,8 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import ConfigError, DossierError, SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, merge_cycle,
-                   merge_cycle_error, require_org, shown_records, text_scope_asked, walk_edges)
+from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, deletion_guard,
+                   merge_cycle, merge_cycle_error, require_org, shown_records, text_scope_asked, walk_edges)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
 from .postgres_pool import Pool, dropped
@@ -291,6 +291,8 @@ class PostgresStore:
                     self._text.forget(set(groups) - orgs)
                     for org in sorted(groups):
                         conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
+                        if batch.guard:  # the records read FOR SHARE: a deletion waits for this write, or it for one
+                            deletion_guard(batch, *_guard_reads(conn, org))
                         write_org(conn.cursor(binary=True), org, groups[org])
                     orgs |= set(groups)
                     kinds |= {(v.org, v.kind) for v in batch.vectors}
@@ -818,6 +820,24 @@ class _Transaction:
             self._tx.__exit__(*exc)
         finally:
             self._lease.__exit__(*exc)
+
+
+def _guard_reads(conn: psycopg.Connection, org: str) -> tuple[Callable[[list[str]], dict[str, tuple[bool, str | None]]],
+                                                              Callable[[list[str]], dict[str, str]],
+                                                              Callable[[list[str]], dict[str, str | None]]]:  # fmt: skip
+    """The reads :func:`~dossier.stores.base.deletion_guard` makes, on the write's own transaction: the records
+    locked FOR SHARE, so a concurrent change of them (the admin marking one pending deletion) waits for this
+    write to end, and a change already under way is waited for and then read as committed."""
+
+    def rows(sql: LiteralString, ids: list[str]) -> list[tuple]:
+        return conn.execute(sql, [org, ids]).fetchall() if ids else []
+
+    return (
+        lambda ids: {i: (bool(p), m) for i, p, m in rows(
+            "SELECT id, pending_deletion, merged_into FROM records WHERE org = %s AND id = ANY(%s) ORDER BY id FOR SHARE", ids)},
+        lambda ids: {i: r for i, r in rows("SELECT id, record FROM memories WHERE org = %s AND id = ANY(%s)", ids)},
+        lambda ids: {i: a for i, a in rows("SELECT id, attached_record FROM documents WHERE org = %s AND id = ANY(%s)", ids)},
+    )  # fmt: skip
 
 
 @contextmanager
