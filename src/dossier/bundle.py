@@ -36,7 +36,9 @@ PROPERTIES_MAX = 1_000
 LABELS_MAX = 100
 #: A memory's text and a section's text.
 MEMORY_TEXT_MAX = 100_000
-SECTION_TEXT_MAX = 1_000_000
+#: A section's text: PostgreSQL's full-text vector of a text holds at most 1 MiB, and 500,000 characters of
+#: distinct words make about 0.7 MiB of it (1,000,000 made 1.3 MiB: refused there, stored by SQLite)
+SECTION_TEXT_MAX = 500_000
 
 #: One scalar property value; a date is an ISO string (``"2026-03-01"``).
 Scalar = Union[str, int, float, bool, None]

@@ -196,6 +196,24 @@ class WriterContract:
         rows = {r.id: r.merged_into for r in first.get_records(["r-a", "r-b"], org="acme")}
         assert list(rows.values()).count(None) == 1  # one merge stored, not both
 
+    def test_a_section_of_the_longest_text_a_bundle_allows_is_stored_and_searched(self, store: Store, embedder: Any) -> None:
+        """Both stores take what a bundle allows: a section of SECTION_TEXT_MAX characters of distinct words
+        (the worst case for PostgreSQL's full-text vector, which holds at most 1 MiB)."""
+        from dossier.bundle import SECTION_TEXT_MAX
+
+        write_world(store, embedder, "acme")
+        words, size, n = [], 0, 0
+        while size + 9 < SECTION_TEXT_MAX:
+            word = f"q{n:07x}"
+            words.append(word)
+            size += len(word) + 1
+            n += 1
+        text = " ".join(words)
+        assert len(text) <= SECTION_TEXT_MAX
+        doc = Document(id="d-long", org="acme", title="Long", doc_type="policy", sections=[Section(id="s-long", heading="All", text=text)])
+        store.write(make_batch(embedder, documents=[doc]))
+        assert _ids(store.search_text("section", words[-1], org="acme", limit=5)) == ["s-long"]
+
     def test_a_guarded_write_never_reaches_a_record_hidden_by_a_deletion(self, store: Store, embedder: Any) -> None:
         """A write of a caller without the admin role (``guard``) is checked inside the store's write: refused
         whole when it rewrites, merges into or adds a memory to a record pending deletion or merged into one,
