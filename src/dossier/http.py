@@ -49,6 +49,7 @@ from .schema import RetrieveRequest, RetrieveResponse
 from .service import (
     FIELD_ECHO,
     MESSAGE_ECHO,
+    CallThreads,
     FeedbackRequest,
     NewDocument,
     NewMemory,
@@ -176,13 +177,14 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
     ``Host`` header; ``dossier serve`` sets it when it listens on a loopback address.
     """
     limits = service.engine.settings.service
+    calls = CallThreads(int(os.environ.get("DOSSIER_CALL_THREADS") or 0) or limits.call_threads)  # /v1 and /mcp alike
     mcp_server = None
     if mcp:
         from mcp.server.transport_security import TransportSecuritySettings
 
         from .mcp import build_server, http_principal
 
-        mcp_server = build_server(service, http_principal(service))
+        mcp_server = build_server(service, http_principal(service), calls=calls)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=bool(allowed_hosts),
             allowed_hosts=list(allowed_hosts or []),
@@ -192,8 +194,6 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
             streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security,
             max_request_body_size=limits.max_retrieve_bytes,
         )  # fmt: skip
-
-    calls = CallThreads(int(os.environ.get("DOSSIER_CALL_THREADS") or 0) or limits.call_threads)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -332,7 +332,8 @@ def create_app(service: Service, *, mcp: bool = True, allowed_hosts: list[str] |
     if mcp_server is not None:
         for route in mcp_app.routes:
             if isinstance(route, Route):  # stateless, JSON responses: POST only (GET and DELETE are 405)
-                app.router.routes.append(Route(route.path, route.endpoint, methods=["POST"], include_in_schema=False))
+                endpoint = _AuditedMCP(route.endpoint, service)
+                app.router.routes.append(Route(route.path, endpoint, methods=["POST"], include_in_schema=False))
     app.add_middleware(Gate, service=service, limits=limits)
     return app
 
@@ -584,24 +585,6 @@ def _version() -> str:
 
 
 # -- ASGI pieces -------------------------------------------------------------------------------------
-class CallThreads:
-    """Retrieve calls run on at most ``size`` worker threads per process: they are CPU-bound and share one
-    GIL, so more threads only add switching (the query embedding releases the GIL, so two overlap well)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = max(1, size)
-        self._limiter: Any = None
-
-    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        import functools
-
-        import anyio.to_thread
-
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.size)
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
-
-
 class Gate:
     """What every request passes before a route sees it, in this order:
 
@@ -698,6 +681,42 @@ class Gate:
             kept = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-type"]
             scope["headers"] = [*kept, (b"content-type", b"application/json")]
         await self.app(scope, replay, send)
+
+
+class _AuditedMCP:
+    """The MCP SDK's endpoint, with each refusal of its transport audited (the JSON-RPC errors inside a session
+    are audited by the server itself, :mod:`dossier.mcp`): a body that is not JSON (``ParseError``) or no
+    JSON-RPC message, a missing ``Accept`` or protocol version (``InvalidMessage``), with the HTTP status."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        status, body = 0, b""
+        who = scope.get(_PRINCIPAL)
+
+        async def watch(message: Message) -> None:
+            nonlocal status, body
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and 400 <= status < 500 and isinstance(who, Principal):
+                body += message.get("body", b"")[: 1 << 16]
+                if not message.get("more_body", False):  # audited before it is answered, as every refusal
+                    await run_in_threadpool(self.service.refused, who, _transport_error(body), front_end="mcp",
+                                            route="POST /mcp", status=status)  # fmt: skip
+            await send(message)
+
+        await self.app(scope, receive, watch)
+
+
+def _transport_error(body: bytes) -> str:
+    """What the audit calls a refusal of the MCP transport, by the JSON-RPC error code of its body."""
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    return "ParseError" if code == -32700 else "InvalidMessage"
 
 
 def _private(send: Send) -> Send:

@@ -2,9 +2,11 @@
 
 Tools: ``retrieve_unified`` (the retrieve call; its arguments are the request fields of DESIGN.md
 section 1), ``remember``, ``add_document`` and ``feedback``. The API key decides the org and the
-caller: over stdio it is ``DOSSIER_API_KEY`` (checked again on every call, so revoking it takes effect at
+caller: over stdio it is ``DOSSIER_API_KEY`` (checked again on every request, so revoking it takes effect at
 once), over HTTP the ``Authorization: Bearer`` header of each request. No tool takes an org or a caller,
-and arguments a tool does not define are refused.
+and arguments a tool does not define are refused; ``retrieve_unified`` and ``feedback`` read their arguments
+with the models that read the HTTP API's bodies. Tool calls run on the service's call threads
+(:class:`~dossier.service.CallThreads`), which ``/v1/retrieve`` shares.
 
 This module is ``dossier.mcp``; the SDK is the top-level ``mcp`` package, which absolute imports (the
 Python 3 default) always reach.
@@ -13,27 +15,50 @@ Python 3 default) always reach.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from typing import Annotated, Any, Callable, cast
 
 import anyio
 import anyio.to_thread
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError, ToolAnnotations
-from pydantic import ConfigDict, Field, ValidationError
+from mcp_types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    ToolAnnotations,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from .bundle import MEMORY_TEXT_MAX
 from .errors import DossierError, http_status
 from .identifiers import clip
-from .schema import MAX_DEADLINE_MS, MIN_DEADLINE_MS, Budget, Depth, Filters, Mode, RecordRef, SourceFlags
-from .service import MESSAGE_ECHO, FeedbackRequest, NewDocument, Principal, Service, _validate, bearer_key
+from .schema import RecordRef, RetrieveRequest
+from .service import (
+    FIELD_ECHO,
+    MESSAGE_ECHO,
+    CallThreads,
+    FeedbackRequest,
+    NewDocument,
+    Principal,
+    Service,
+    _validate,
+    bearer_key,
+)
 
-PrincipalOf = Callable[[Context], Principal]
+#: Who a request acts for, from the transport's request (the Starlette request over HTTP, None over stdio).
+PrincipalOf = Callable[[Any], Principal]
 
 INSTRUCTIONS = """\
 dossier is the organisation's memory about its customers. Before you answer a question about a customer \
@@ -94,12 +119,15 @@ what was needed. Add a short `comment` saying what was missing, wrong or superfl
 needed). Ratings are used to measure and tune retrieval."""
 
 
-def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str = "mcp") -> MCPServer:
-    """An MCP server whose tools act for the principal that ``principal_of`` finds in each request."""
+def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str = "mcp",
+                 calls: CallThreads | None = None) -> MCPServer:  # fmt: skip
+    """An MCP server whose tools act for the principal that ``principal_of`` finds in each request. Every tool
+    call runs on ``calls`` (the threads ``/v1/retrieve`` runs on, when the HTTP app passes its own)."""
+    calls = calls or CallThreads(service.engine.settings.service.call_threads)
 
-    def act(ctx: Context, tool: str, work: Callable[[Principal], Any]) -> Any:
+    def act(request: Any, tool: str, work: Callable[[Principal], Any]) -> Any:
         try:
-            who = principal_of(ctx)
+            who = principal_of(request)
         except DossierError as exc:  # no valid key: no org to file the refusal under
             raise ToolError(clip(str(exc), MESSAGE_ECHO, quote=False)) from exc
         try:
@@ -108,44 +136,29 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
             service.refused_error(who, exc, front_end=front_end, route=f"tool {tool}")
             raise ToolError(public_message(exc)) from exc
 
-    def retrieve_unified(
-        ctx: Context,
-        mode: Mode | None = None,
-        record: RecordRef | None = None,
-        message: Annotated[str | None, Field(max_length=4000)] = None,
-        sources: SourceFlags | None = None,
-        depth: Depth = "standard",
-        budget: Budget | None = None,
-        filters: Filters | None = None,
-        infer_filters: bool = True,
-        augmentation: list[str] | None = None,
-        fetch: Annotated[list[str] | None, Field(max_length=20)] = None,
-        continuation: str | None = None,
-        synthesize: bool = False,
-        deferred: bool = False,
-        trace: bool = False,
-        deadline_ms: Annotated[int | None, Field(ge=MIN_DEADLINE_MS, le=MAX_DEADLINE_MS)] = None,
-    ) -> str:
-        given = {
-            "mode": mode, "record": record, "message": message, "sources": sources, "depth": depth, "budget": budget,
-            "filters": filters, "infer_filters": infer_filters, "augmentation": augmentation, "fetch": fetch,
-            "continuation": continuation, "synthesize": synthesize, "deferred": deferred, "trace": trace,
-            "deadline_ms": deadline_ms,
-        }  # fmt: skip
-        request = {k: v.model_dump(exclude_none=True) if hasattr(v, "model_dump") else v
-                   for k, v in given.items() if v is not None}  # fmt: skip
-        response = act(ctx, "retrieve_unified", lambda p: service.retrieve(p, request, front_end=front_end))
-        return response.model_dump_json()
+    async def run(ctx: Context, tool: str, work: Callable[[Principal], Any]) -> Any:
+        """The key check and the work, on one of the call threads (never anyio's default pool, which key
+        checks and ``/healthz`` share)."""
+        return await calls.run(act, ctx.request_context.request, tool, work)
 
-    def remember(
+    async def retrieve_unified(ctx: Context, request: RetrieveRequest) -> str:
+        def work(p: Principal) -> str:
+            return service.retrieve(p, request, front_end=front_end).model_dump_json()
+
+        return cast(str, await run(ctx, "retrieve_unified", work))
+
+    async def remember(
         ctx: Context,
         record: RecordRef,
         text: Annotated[str, Field(min_length=1, max_length=MEMORY_TEXT_MAX)],
     ) -> str:
-        memory = act(ctx, "remember", lambda p: service.remember(p, record, text))
-        return json.dumps({"id": memory.id, "record_id": memory.record, "created_at": memory.created_at.isoformat()})
+        def work(p: Principal) -> str:
+            memory = service.remember(p, record, text)
+            return json.dumps({"id": memory.id, "record_id": memory.record, "created_at": memory.created_at.isoformat()})
 
-    def add_document(
+        return cast(str, await run(ctx, "remember", work))
+
+    async def add_document(
         ctx: Context,
         markdown: Annotated[str, Field(min_length=1)],
         title: str | None = None,
@@ -156,75 +169,130 @@ def build_server(service: Service, principal_of: PrincipalOf, *, front_end: str 
     ) -> str:
         given = {"markdown": markdown, "title": title, "id": id, "doc_type": doc_type, "tags": tags or [],
                  "visible_to_roles": visible_to_roles}  # fmt: skip
-        [document] = act(ctx, "add_document", lambda p: service.add_documents(p, [_validate(NewDocument, given)]))
-        return json.dumps({"id": document.id, "title": document.title, "sections": [s.id for s in document.sections]})
 
-    def feedback(
-        ctx: Context,
-        call_id: str,
-        rating: Annotated[int, Field(ge=1, le=5)],
-        comment: Annotated[str | None, Field(max_length=2000)] = None,
-    ) -> str:
-        row = act(ctx, "feedback", lambda p: service.feedback(p, FeedbackRequest(call_id=call_id, rating=rating, comment=comment)))
-        return json.dumps({"call_id": row.call_id, "rating": row.rating, "recorded": True})
+        def work(p: Principal) -> str:
+            [document] = service.add_documents(p, [_validate(NewDocument, given)])
+            sections = [s.id for s in document.sections]
+            return json.dumps({"id": document.id, "title": document.title, "sections": sections})
+
+        return cast(str, await run(ctx, "add_document", work))
+
+    async def feedback(ctx: Context, request: FeedbackRequest) -> str:
+        def work(p: Principal) -> str:
+            row = service.feedback(p, request)
+            return json.dumps({"call_id": row.call_id, "rating": row.rating, "recorded": True})
+
+        return cast(str, await run(ctx, "feedback", work))
 
     reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     writing = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
     tools = [
-        _strict(Tool.from_function(retrieve_unified, title="Retrieve customer context", description=RETRIEVE,
-                                   annotations=reading, structured_output=False)),
+        _whole(Tool.from_function(retrieve_unified, title="Retrieve customer context", description=RETRIEVE,
+                                  annotations=reading, structured_output=False), RetrieveRequest),
         _strict(Tool.from_function(remember, title="Remember a fact about a customer", description=REMEMBER,
                                    annotations=writing, structured_output=False)),
         _strict(Tool.from_function(add_document, title="Add an organisational document", description=ADD_DOCUMENT,
                                    annotations=writing, structured_output=False)),
-        _strict(Tool.from_function(feedback, title="Rate a retrieval", description=FEEDBACK,
-                                   annotations=writing, structured_output=False)),
+        _whole(Tool.from_function(feedback, title="Rate a retrieval", description=FEEDBACK,
+                                  annotations=writing, structured_output=False), FeedbackRequest),
     ]  # fmt: skip
-    def refused(ctx: Context, tool: str, error: ValidationError) -> None:
+
+    def refused(request: Any, route: str, error: str, field: str | None = None) -> None:
+        """Audit a refusal by its shape (:meth:`Service.refused`), when the request's key is valid."""
         try:
-            who = principal_of(ctx)
+            who = principal_of(request)
         except DossierError:
             return  # no valid key: no org to file the refusal under
-        loc = error.errors()[0]["loc"] if error.errors() else ()
-        service.refused(who, "InvalidArguments", front_end=front_end, route=f"tool {tool}",
-                        field=".".join(str(p) for p in loc) or None)  # fmt: skip
+        service.refused(who, error, front_end=front_end, route=route, field=field)
 
-    return _Server("dossier", refused, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
+    return _Server("dossier", refused, principal_of, instructions=INSTRUCTIONS, tools=tools, log_level="WARNING")
+
+
+#: What the audit calls each JSON-RPC error a server answers (the name of the error class, as for HTTP refusals).
+ERROR_NAMES = {PARSE_ERROR: "ParseError", INVALID_REQUEST: "InvalidMessage", METHOD_NOT_FOUND: "MethodNotFound",
+               INVALID_PARAMS: "InvalidParams"}  # fmt: skip
+#: Methods served without a valid key: the handshake and its liveness check.
+KEYLESS = frozenset({"initialize", "ping"})
+#: The SDK's error, with no data, for a request sent before ``initialize`` (its "pinned compat" shape).
+PRE_INITIALIZE = "Invalid request parameters"
+#: Audits a refusal: the transport's request, the route, the error's name, the offending field.
+Refused = Callable[[Any, str, str, str | None], None]
 
 
 class _Server(MCPServer):
-    """The SDK's server, auditing calls whose arguments do not validate (by the field's name) and quoting at
-    most a little of the arguments in the tool error."""
+    """The SDK's server, with every refusal audited (by its shape) and quoting at most a little of the input:
+    tool calls whose arguments do not validate (by the field's name) or that name no tool, JSON-RPC errors
+    (an unknown method, invalid parameters, a request before ``initialize``), and over stdio the lines that
+    are no JSON-RPC message. Every request but the handshake checks the key again (a tool call in its tool)."""
 
-    def __init__(self, name: str, refused: Callable[[Context, str, ValidationError], None], **kwargs: Any) -> None:
-        super().__init__(name, **kwargs)
+    def __init__(self, name: str, refused: Refused, principal_of: PrincipalOf, **kwargs: Any) -> None:
+        super().__init__(name, middleware=[self._guard], **kwargs)
         self._refused = refused
+        self._principal_of = principal_of
+
+    async def _guard(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.request_id is None:  # a notification: answered by nothing, so refused by nothing
+            return await call_next(ctx)
+        if ctx.method not in KEYLESS and ctx.method != "tools/call":  # a tool call checks the key in its tool
+            try:
+                await anyio.to_thread.run_sync(self._principal_of, ctx.request)
+            except DossierError as exc:  # over HTTP the Gate answered 401 before; over stdio a key revoked since
+                message = clip(f"Unauthorized: {exc}", MESSAGE_ECHO, quote=False)
+                raise MCPError(code=INVALID_REQUEST, message=message) from exc
+        try:
+            return await call_next(ctx)
+        except MCPError as exc:
+            error = exc.error
+            known = ctx.method in KEYLESS or self._lowlevel_server.get_request_handler(ctx.method) is not None
+            route = f"method {ctx.method if known else '?'}"  # an unknown method's name is the caller's text
+            name = ERROR_NAMES.get(error.code, "JSONRPCError")
+            message, data = error.message, error.data
+            if (error.code, message, data) == (INVALID_PARAMS, PRE_INITIALIZE, "") and ctx.session.client_params is None:
+                name, message = "NotInitialized", f"{message}: the session is not initialized (send initialize first)"
+            await anyio.to_thread.run_sync(self._refused, ctx.request, route, name, None)
+            if isinstance(data, str):
+                data = clip(data, FIELD_ECHO, quote=False)
+            raise MCPError(code=error.code, message=clip(message, MESSAGE_ECHO, quote=False), data=data) from exc
+        except ValidationError:  # parameters that are no such request's (answered by the SDK as invalid parameters)
+            await anyio.to_thread.run_sync(self._refused, ctx.request, f"method {ctx.method}", "InvalidParams", None)
+            raise
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        request = context.request_context.request if context is not None else None
+        if self._tool_manager.get_tool(name) is None:
+            # audited under "tool ?": its name is the caller's text
+            await anyio.to_thread.run_sync(self._refused, request, "tool ?", "UnknownTool", None)
+            raise ToolError(f"Unknown tool: {clip(name, FIELD_ECHO, quote=False)}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
             if not isinstance(cause, ValidationError):
                 raise
-            if context is not None:
-                await anyio.to_thread.run_sync(self._refused, context, name, cause)
             first = cause.errors()[0] if cause.errors() else {"loc": (), "msg": "invalid", "type": ""}
-            where = clip(".".join(str(p) for p in first["loc"]) or "arguments", 200, quote=False)
+            field = ".".join(str(p) for p in first["loc"])
+            await anyio.to_thread.run_sync(self._refused, request, f"tool {name}", "InvalidArguments", field or None)
+            where = clip(field or "arguments", FIELD_ECHO, quote=False)
             message = "unknown argument" if first["type"] == "extra_forbidden" else str(first["msg"])
             raise ToolError(f"Error executing tool {name}: invalid arguments: {where}: {clip(message, 200, quote=False)}") from cause
 
     async def run_stdio_async(self) -> None:
-        """The SDK's stdio transport, but a line that is not a JSON-RPC message is answered with JSON-RPC's error
-        (:func:`_unread`, id null) instead of not at all, so a client waiting on it learns at once what went wrong."""
-        async with stdio_server() as (read_stream, write_stream):
+        """The SDK's stdio transport, but reading stdin as strict UTF-8 (the SDK's replaces what does not decode,
+        so a line with raw ``\\xff`` bytes would be stored with U+FFFD), and answering a line that is no JSON-RPC
+        message with JSON-RPC's error (:func:`_unread`, id null) instead of not at all, so a client waiting on it
+        learns at once what went wrong; the refusal is audited under the route ``stdio``."""
+        # Bytes that are no UTF-8 stay in the line as lone surrogates, which no JSON parse accepts (nor any tool).
+        sys.stdin.reconfigure(encoding="utf-8", errors="surrogateescape")  # type: ignore[union-attr]
+        async with stdio_server(stdin=anyio.wrap_file(sys.stdin)) as (read_stream, write_stream):
             sifted_send, sifted = anyio.create_memory_object_stream[SessionMessage | Exception](0)
 
             async def sift() -> None:
                 async with sifted_send:
                     async for item in read_stream:
                         if isinstance(item, Exception):
-                            await write_stream.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=_unread(item))))
+                            error = _unread(item)
+                            await anyio.to_thread.run_sync(self._refused, None, "stdio", ERROR_NAMES[error.code], None)
+                            await write_stream.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=error)))
                         else:
                             await sifted_send.send(item)
 
@@ -235,12 +303,36 @@ class _Server(MCPServer):
 
 
 def _unread(exc: Exception) -> ErrorData:
-    """JSON-RPC's error for a line the transport could not read: -32700 (parse error) when it is not JSON,
-    -32600 (invalid request) when it is JSON but no JSON-RPC 2.0 message."""
+    """JSON-RPC's error for a line the transport could not read: -32700 (parse error) when it is no UTF-8, holds a
+    lone surrogate escape (``"\\ud800"``: JSON, but no text) or is not JSON; -32600 (invalid request) when it is
+    JSON but no JSON-RPC 2.0 message."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if any(e["type"] == "string_unicode" for e in errors):  # the bytes the reader kept as lone surrogates
+        return ErrorData(code=PARSE_ERROR, message="Parse error: the line is not valid UTF-8")
     if not errors or any(e["type"] == "json_invalid" for e in errors):
+        line = errors[0].get("input") if errors else None
+        if isinstance(line, str) and _SURROGATE_ESCAPE.search(line) and _is_json(line):
+            return ErrorData(code=PARSE_ERROR, message=f"Parse error: {LONE_SURROGATE}")
         return ErrorData(code=PARSE_ERROR, message="Parse error: the line is not JSON")
     return ErrorData(code=INVALID_REQUEST, message="Invalid Request: the line is JSON but not a JSON-RPC 2.0 message")
+
+
+LONE_SURROGATE = "a lone surrogate escape (\\ud800-\\udfff) is not text"
+#: A ``\\uD800``-``\\uDFFF`` escape (a pair is two of them).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _is_json(line: str) -> bool:
+    """Whether Python's parser, which (unlike the SDK's) takes lone surrogate escapes, reads ``line`` as JSON."""
+    try:
+        json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # nested deeper than Python's parser goes: not read as text either
+        return False
+    return True
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
 
 
 class _Exact(FuncMetadata):
@@ -249,6 +341,16 @@ class _Exact(FuncMetadata):
 
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         return data
+
+
+class _Whole(_Exact):
+    """Arguments read as one request body (``model``), by the model the HTTP API reads that body with, and
+    handed to the tool whole as its ``request``: one validation for both front ends."""
+
+    model: Annotated[type[BaseModel], WithJsonSchema(None)]
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        return {"request": self.model.model_validate(arguments_to_validate)}
 
 
 def public_message(exc: DossierError) -> str:
@@ -277,17 +379,26 @@ def _strict(tool: Tool) -> Tool:
     return tool
 
 
+def _whole(tool: Tool, model: type[BaseModel]) -> Tool:
+    """A tool whose arguments are one request body: validated by ``model``, as the HTTP API validates it (unknown
+    arguments refused, nothing coerced), and published as ``model``'s JSON schema (no looser than what it takes)."""
+    fields = {name: getattr(tool.fn_metadata, name) for name in FuncMetadata.model_fields}
+    tool.fn_metadata = _Whole(**fields, model=model)
+    tool.parameters = model.model_json_schema(by_alias=True)
+    return tool
+
+
 def stdio_principal(service: Service, key: str | None) -> PrincipalOf:
     """Over stdio the key is the process's (``DOSSIER_API_KEY``), checked on every call."""
     service.authenticate(key)  # fail at start, not on the first call
-    return lambda ctx: service.authenticate(key)
+    return lambda request: service.authenticate(key)
 
 
 def http_principal(service: Service) -> PrincipalOf:
     """Over HTTP the key is each request's ``Authorization: Bearer`` header."""
 
-    def principal_of(ctx: Context) -> Principal:
-        headers = getattr(ctx.request_context.request, "headers", None) or {}  # the Starlette request
+    def principal_of(request: Any) -> Principal:
+        headers = getattr(request, "headers", None) or {}  # the Starlette request
         return service.authenticate(bearer_key(headers.get("authorization")))
 
     return principal_of

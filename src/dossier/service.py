@@ -151,6 +151,24 @@ def bearer_key(authorization: str | None) -> str | None:
     return value.strip() or None
 
 
+class CallThreads:
+    """Retrieve calls run on at most ``size`` worker threads per process: they are CPU-bound and share one
+    GIL, so more threads only add switching (the query embedding releases the GIL, so two overlap well).
+    One per process, shared by ``/v1/retrieve`` and every MCP tool call, so neither front end can take the
+    threads that key checks and ``/healthz`` run on (anyio's default pool)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(1, size)
+        self._limiter: Any = None
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        import anyio.to_thread  # the async front ends' dependency, not the library's
+
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.size)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
+
+
 class Service:
     """Layer 10 over one :class:`~dossier.Engine`; shared by the HTTP and MCP front ends and the CLI."""
 
