@@ -18,19 +18,28 @@ Errors are those of :mod:`dossier.errors`: a request that does not validate rais
 :class:`~dossier.errors.NotFound`, 422 :class:`~dossier.errors.InvalidRequest` (a refused bundle:
 :class:`~dossier.errors.BundleError` with its problems), 405 and 413 :class:`~dossier.errors.UsageError`, 502
 :class:`~dossier.errors.ProviderError`, 503 :class:`~dossier.errors.StoreUnavailable`. A server that cannot be
-reached or does not answer in time is :class:`~dossier.errors.StoreUnavailable` as well (the service is the
-store, seen from here).
+reached or does not answer within ``timeout`` (the whole answer, not each read) is
+:class:`~dossier.errors.StoreUnavailable` as well (the service is the store, seen from here); an answer that is
+not the service's (a 2xx whose body is not the JSON asked for) is :class:`~dossier.errors.StoreError`, and a
+redirect, which the client does not follow, :class:`~dossier.errors.UsageError`. No message quotes the key, and
+a URL's password is hidden.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Generic, Mapping, TypeVar
 from urllib.parse import quote
+
+from pydantic import TypeAdapter, ValidationError
 
 from .bundle import Bundle, Document, Memory
 from .errors import (
@@ -42,9 +51,11 @@ from .errors import (
     NotFound,
     Problem,
     ProviderError,
+    StoreError,
     StoreUnavailable,
     Unauthorized,
     UsageError,
+    redacted_url,
 )
 from .loading import LoadReport, document_from_markdown, slug
 from .retrieve import parse_request
@@ -60,6 +71,11 @@ except ImportError as exc:  # pragma: no cover - the [client] extra (also in [se
 T = TypeVar("T")
 #: Seconds a request may take by default (a deep call with synthesis can take a while).
 DEFAULT_TIMEOUT = 120.0
+#: what a wrong-shaped answer raises while it is read into the library's types (pydantic's ValidationError is a
+#: ValueError; a missing key, a list where an object belongs, a date that is not one, JSON nested too deeply)
+_MALFORMED = (LookupError, TypeError, AttributeError, ValueError, ArithmeticError, RecursionError)
+_FEEDBACK = TypeAdapter(Feedback)
+_REPORT = TypeAdapter(LoadReport)
 
 
 @dataclass(frozen=True)
@@ -72,18 +88,36 @@ class _Call(Generic[T]):
     body: Any = None
     raw: bytes | None = None
     params: Mapping[str, Any] | None = None
+    #: the MCP tool called: ``parse`` gets the text of its answer
+    tool: str | None = None
 
 
 class _Base:
     """What the sync and async clients share: the requests, the answers' parsing, the error mapping."""
 
-    def __init__(self, url: str, api_key: str) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise UsageError(f"the service URL must start with http:// or https://, not {url[:40]!r}")
-        if not api_key or not api_key.strip():
+    def __init__(self, url: str, api_key: str, timeout: float | None) -> None:
+        shown = redacted_url(str(url))
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise UsageError(f"the service URL must start with http:// or https://, not {shown[:40]!r}")
+        try:
+            userinfo = httpx.URL(url).userinfo
+        except httpx.InvalidURL as exc:  # its words may quote the URL: not where it holds a password
+            raise UsageError(f"invalid service URL {shown[:80]!r}" + ("" if "@" in url else f": {exc}")) from None
+        if userinfo:  # httpx would send it as the Authorization header, in place of the key
+            raise UsageError("the service URL holds a user or password (user:password@): give the URL without it "
+                             "and the key as api_key")  # fmt: skip
+        if not isinstance(api_key, str) or not api_key.strip():
             raise UsageError("an API key is required (dossier keys create --org ORG --caller CALLER)")
+        key = api_key.strip()
+        if not all("!" <= c <= "~" for c in key):  # a header cannot carry it, and the driver's refusal quotes it
+            raise UsageError("the API key holds a character no dossier key has (a control character, a space or one "
+                             "outside ASCII): check where it was read from (it is not quoted here)")  # fmt: skip
         self.url = url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {api_key.strip()}", "Accept": "application/json"}
+        self._shown = redacted_url(self.url)
+        self._timeout = timeout
+        #: the key as a message could hold it: itself, and escaped as JSON or repr() would escape it
+        self._secrets = sorted({key, json.dumps(key)[1:-1], repr(key)[1:-1]}, key=len, reverse=True)
+        self._headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
         self._org: str | None = None
 
     # -- requests ----------------------------------------------------------------------------------------
@@ -107,8 +141,8 @@ class _Base:
         body = _validate(FeedbackRequest, {"call_id": call_id, "rating": rating, "comment": comment})
 
         def parse(row: Any) -> Feedback:
-            return Feedback(call_id=row["call_id"], org=org, caller=row["caller"], rating=row["rating"],
-                            comment=row["comment"], at=datetime.fromisoformat(row["at"]).timestamp())  # fmt: skip
+            fields = {key: row[key] for key in ("call_id", "caller", "rating", "comment")}
+            return _FEEDBACK.validate_python({**fields, "org": org, "at": datetime.fromisoformat(row["at"]).timestamp()})
 
         return _Call("POST", "/v1/feedback", parse, body=body.model_dump(mode="json"))
 
@@ -132,11 +166,11 @@ class _Base:
         _validate(NewMemory, {"record": "x", "text": text})
         arguments = {"record": ref.model_dump(exclude_none=True), "text": text}
 
-        def remembered(answer: Any) -> Memory:
-            row = json.loads(_tool_text(answer, "remember"))
+        def remembered(answer: str) -> Memory:
+            row = json.loads(answer)
             return Memory(id=row["id"], org=org, record=row["record_id"], text=text, created_at=row["created_at"])
 
-        return _Call("POST", "/mcp", remembered, body=_tool_call("remember", arguments))
+        return _Call("POST", "/mcp", remembered, body=_tool_call("remember", arguments), tool="remember")
 
     @staticmethod
     def _add_document(org: str, document: Document | NewDocument | Mapping[str, Any]) -> _Call[Document]:
@@ -148,7 +182,7 @@ class _Base:
         def parse(answer: Any) -> Document:
             [row] = answer["documents"]
             if row["id"] != stored.id or list(row["sections"]) != [s.id for s in stored.sections]:
-                raise DossierError(f"the service stored document {row['id']!r} otherwise than sent")
+                raise DossierError(f"the service stored document {stored.id!r} otherwise than sent")
             return stored
 
         return _Call("POST", "/v1/documents", parse, body=body)
@@ -167,18 +201,51 @@ class _Base:
 
     @staticmethod
     def _whoami() -> _Call[str]:
-        return _Call("GET", "/v1/usage", lambda usage: str(usage["org"]))
+        return _Call("GET", "/v1/usage", _org_of)
 
     # -- answers -----------------------------------------------------------------------------------------
     def _answer(self, call: _Call[T], response: httpx.Response) -> T:
-        if response.status_code >= 400:
-            raise error_from(response)
+        status = response.status_code
+        if status >= 400:
+            raise error_from(response, hide=self._scrub)
+        if not 200 <= status < 300:  # a redirect is not followed: a POST's body would not go with it
+            to = self._scrub(redacted_url(response.headers.get("location", "")))[:200]
+            raise UsageError(f"{self._shown} answered {call.method} {call.path} with HTTP {status}"
+                             f"{f' (to {to})' if to else ''}: the client follows no redirect, give it the URL "
+                             "the service answers at")  # fmt: skip
         try:
             data = response.json()
-        except ValueError as exc:
-            raise DossierError(f"{call.method} {call.path}: the service answered {response.status_code} "
-                               "with a body that is not JSON") from exc  # fmt: skip
-        return call.parse(data)
+        except (ValueError, RecursionError) as exc:
+            raise self._not_an_answer(call, f"HTTP {status} with a body that is not JSON") from exc
+        try:
+            return call.parse(self._tool_text(data, call.tool) if call.tool else data)
+        except _MALFORMED as exc:  # a refusal the answer states (a DossierError) goes through as it is
+            raise self._not_an_answer(call, _flaw(exc)) from exc
+
+    def _not_an_answer(self, call: _Call[Any], flaw: str) -> StoreError:
+        return StoreError(f"the answer of {self._shown}{call.path} is not a dossier answer: {self._scrub(flaw)[:200]}")
+
+    def _tool_text(self, answer: Any, name: str) -> str:
+        """The text of an MCP tool's answer; a tool error as the error it stands for."""
+        if "error" in answer:
+            raise DossierError(self._scrub(f"the {name} tool failed: {answer['error'].get('message', '')}"))
+        result = answer.get("result") or {}
+        text = "".join(c.get("text", "") for c in result.get("content") or [] if c.get("type") == "text")
+        if result.get("isError"):
+            message = self._scrub(text.removeprefix(f"Error executing tool {name}: "))
+            if message.startswith(("no record with", "unknown")):
+                raise NotFound(message)
+            if "another org" in message or "is not this key's org" in message:
+                raise Forbidden(message)
+            raise UsageError(message)
+        return text
+
+    def _scrub(self, text: str) -> str:
+        """``text`` (a server's or a driver's words) as a message may quote it: without the key, whose every
+        appearance becomes ``***``, and with the service URL's password hidden."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text.replace(self.url, self._shown)
 
     def _request_args(self, call: _Call[Any]) -> dict[str, Any]:
         headers = dict(self._headers)
@@ -193,8 +260,16 @@ class _Base:
 
     def _unreachable(self, exc: httpx.HTTPError) -> StoreUnavailable:
         if isinstance(exc, httpx.TimeoutException):
-            return StoreUnavailable(f"dossier at {self.url} did not answer in time ({type(exc).__name__})")
-        return StoreUnavailable(f"cannot reach dossier at {self.url}: {type(exc).__name__}: {exc}")
+            return StoreUnavailable(f"dossier at {self._shown} did not answer in time ({type(exc).__name__})")
+        return StoreUnavailable(self._scrub(f"cannot reach dossier at {self._shown}: {type(exc).__name__}: {exc}"))
+
+    def _late(self) -> StoreUnavailable:
+        return StoreUnavailable(f"dossier at {self._shown} did not answer within {self._timeout:g} s "
+                                "(a request that writes may have been carried out)")  # fmt: skip
+
+    def _failed(self, exc: RuntimeError) -> UsageError:
+        """httpx's refusal of a client it cannot use; it may come after the request went out."""
+        return UsageError(self._scrub(f"the request failed ({exc}); it may have reached the service"))
 
 
 class Client(_Base):
@@ -202,19 +277,57 @@ class Client(_Base):
 
     def __init__(self, url: str, api_key: str, *, timeout: float = DEFAULT_TIMEOUT,
                  transport: httpx.BaseTransport | None = None) -> None:  # fmt: skip
-        super().__init__(url, api_key)
+        super().__init__(url, api_key, timeout)
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
 
     def _send(self, call: _Call[T]) -> T:
+        """One request, its whole answer within ``timeout``. httpx's timeout bounds each read, and a server that
+        sends a byte now and then never trips it: the request runs on a thread, which the caller waits for until
+        the deadline and no longer."""
         if self._http.is_closed:
             raise UsageError("this client is closed: make a new one")
+        args = self._request_args(call)
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        outcome: list[httpx.Response | BaseException] = []
+        done = threading.Event()
+
+        def fetch() -> None:
+            try:
+                outcome.append(self._fetch(args, deadline))
+            except BaseException as exc:  # raised again on the caller's thread
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(fetch,), name="dossier-client",
+                                  daemon=True)  # fmt: skip
+        worker.start()
+        if not done.wait(self._timeout):
+            raise self._late()
+        [got] = outcome
+        if isinstance(got, BaseException):
+            raise got
+        return self._answer(call, got)
+
+    def _fetch(self, args: dict[str, Any], deadline: float | None) -> httpx.Response:
+        """The whole answer to one request, read a chunk at a time: once ``deadline`` has passed (the caller has
+        given up on it) it reads no further."""
         try:
-            response = self._http.request(**self._request_args(call))
+            with self._http.stream(**args) as streamed:
+                chunks = []
+                for chunk in streamed.iter_bytes():
+                    chunks.append(chunk)
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise self._late()
+                # the answer again, with the body read (decoded: the headers that described it on the wire go)
+                headers = [(name, value) for name, value in streamed.headers.multi_items()
+                           if name.lower() not in ("content-encoding", "content-length")]  # fmt: skip
+                return httpx.Response(streamed.status_code, headers=headers, content=b"".join(chunks),
+                                      request=streamed.request, extensions=streamed.extensions)  # fmt: skip
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
-        except RuntimeError as exc:  # httpx's own refusals of a client it cannot use
-            raise UsageError(f"the request could not be sent: {exc}") from exc
-        return self._answer(call, response)
+        except RuntimeError as exc:
+            raise self._failed(exc) from exc
 
     @property
     def org(self) -> str:
@@ -269,19 +382,36 @@ class AsyncClient(_Base):
 
     def __init__(self, url: str, api_key: str, *, timeout: float = DEFAULT_TIMEOUT,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
-        super().__init__(url, api_key)
+        super().__init__(url, api_key, timeout)
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _send(self, call: _Call[T]) -> T:
         if self._http.is_closed:
             raise UsageError("this client is closed: make a new one")
+        self._on_its_loop()
+        args = self._request_args(call)
         try:
-            response = await self._http.request(**self._request_args(call))
+            async with asyncio.timeout(self._timeout):  # the whole answer: httpx's timeout bounds each read
+                response = await self._http.request(**args)
+        except TimeoutError:
+            raise self._late() from None
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from exc
-        except RuntimeError as exc:  # a closed client, or one used from another event loop than its first
-            raise UsageError(f"the request could not be sent ({exc}): an AsyncClient serves one event loop") from exc
+        except RuntimeError as exc:
+            raise self._failed(exc) from exc
         return self._answer(call, response)
+
+    def _on_its_loop(self) -> None:
+        """The client serves the event loop of its first request, and refuses another before anything is sent:
+        its pooled connections belong to that loop, and on another one a request can fail after the server has
+        run it."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise UsageError("an AsyncClient serves one event loop, the one it was first used on, and this is "
+                             "another: make an AsyncClient per event loop (nothing was sent)")  # fmt: skip
 
     async def org(self) -> str:
         """The org of this client's key (asked of the service once)."""
@@ -309,7 +439,18 @@ class AsyncClient(_Base):
         return await self._send(self._load_bundle(source))
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        """Close the client, on the event loop it served. Once that loop is closed (``asyncio.run`` has returned),
+        any loop may: the connections it left cannot be closed any more and are dropped."""
+        served = self._loop
+        if served is None or served is asyncio.get_running_loop():
+            await self._http.aclose()
+        elif not served.is_closed():
+            raise UsageError("this AsyncClient serves another event loop, still open: close it there")
+        else:
+            try:
+                await self._http.aclose()  # the client is closed first, then its connections
+            except RuntimeError:  # the first connection, of the closed loop; the rest are dropped with it
+                pass
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -320,16 +461,17 @@ class AsyncClient(_Base):
 
 
 # -- errors ------------------------------------------------------------------------------------------------
-def error_from(response: httpx.Response) -> DossierError:
-    """The :mod:`dossier.errors` exception for an error answer of the service (``{"detail": {...}}``)."""
+def error_from(response: httpx.Response, *, hide: Callable[[str], str] = str) -> DossierError:
+    """The :mod:`dossier.errors` exception for an error answer of the service (``{"detail": {...}}``), whatever
+    its body. ``hide`` takes out of the server's words what no message may quote (a client's key)."""
     status = response.status_code
     try:
         detail = response.json().get("detail") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         detail = {}
     if not isinstance(detail, dict):
         detail = {"message": str(detail)}
-    message = str(detail.get("message") or response.reason_phrase or f"HTTP {status}")
+    message = hide(str(detail.get("message") or response.reason_phrase or f"HTTP {status}"))
     if status == 401:
         return Unauthorized(message)
     if status == 403:
@@ -337,11 +479,12 @@ def error_from(response: httpx.Response) -> DossierError:
     if status == 404:
         return NotFound(message)
     if status == 422:
-        if detail.get("problems") is not None:
-            return BundleError([_problem(line) for line in detail["problems"]])
-        return InvalidRequest(message, field=detail.get("field"))
+        problems, field = detail.get("problems"), detail.get("field")
+        if isinstance(problems, list):
+            return BundleError([_problem(hide(str(line))) for line in problems])
+        return InvalidRequest(message, field=hide(field) if isinstance(field, str) else None)
     if status == 502:
-        return ProviderError(message, status_code=status, body=response.text[:2000])
+        return ProviderError(message, status_code=status, body=hide(response.text[:2000]))
     if status == 503:
         return StoreUnavailable(message)
     if 400 <= status < 500:
@@ -398,25 +541,27 @@ def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
 
 
-def _tool_text(answer: Any, name: str) -> str:
-    """The text of an MCP tool's answer; a tool error as the error it stands for."""
-    if "error" in answer:
-        raise DossierError(f"the {name} tool failed: {answer['error'].get('message', '')}")
-    result = answer.get("result") or {}
-    text = "".join(c.get("text", "") for c in result.get("content") or [] if c.get("type") == "text")
-    if result.get("isError"):
-        message = text.removeprefix(f"Error executing tool {name}: ")
-        if message.startswith(("no record with", "unknown")):
-            raise NotFound(message)
-        if "another org" in message or "is not this key's org" in message:
-            raise Forbidden(message)
-        raise UsageError(message)
-    return text
+def _org_of(usage: Any) -> str:
+    org = usage["org"]
+    if not isinstance(org, str) or not org:
+        raise ValueError("its org is not a name")
+    return org
 
 
 def _report(summary: Any) -> LoadReport:
-    return LoadReport(inserted=summary["inserted"], updated=summary["updated"], unchanged=summary["unchanged"],
-                      embedded=summary["embedded"], seconds=summary["seconds"],
-                      ignored_keys=list(summary.get("ignored_keys") or []),
-                      ignored_fields=dict(summary.get("ignored_fields") or {}))  # fmt: skip
+    counts = {key: summary[key] for key in ("inserted", "updated", "unchanged", "embedded", "seconds")}
+    return _REPORT.validate_python({**counts, "ignored_keys": summary.get("ignored_keys") or [],
+                                    "ignored_fields": summary.get("ignored_fields") or {}})  # fmt: skip
+
+
+def _flaw(exc: Exception) -> str:
+    """What is wrong with an answer, in a few words: pydantic's first complaint, the key it lacks."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(str(part) for part in first['loc']) or 'its body'}: {first['msg']}"
+    if isinstance(exc, KeyError):
+        return f"it has no {exc.args[0]!r}"
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
+    return f"{type(exc).__name__}: {exc}"
 
