@@ -9,7 +9,7 @@ from typing import Any, Callable
 import pytest
 
 import dossier
-from dossier.bundle import Document, Section
+from dossier.bundle import Document, Record, Section
 from dossier.loading import content_hash, property_text, section_text, text_hash
 from dossier.stores.base import Store, StoreWriter, VectorWrite, WriteBatch, property_key
 from tests.stores.contract import _contact, _ids, _memory, make_batch, org_scoped, refuses_a_missing_org, world, write_world
@@ -240,6 +240,57 @@ class WriterContract:
         store.write(allowed)  # a live record: written
         store.write(refused[0][0].__class__(records=refused[0][0].records))  # unguarded (the admin's): written
         assert not store.get_records(["r-gone"], org="acme")[0].pending_deletion
+
+    def test_a_guarded_write_never_gives_a_live_records_identifier_to_another(self, store: Store, embedder: Any) -> None:
+        write_world(store, embedder, "acme")
+
+        def guarded(*records: Record) -> WriteBatch:
+            batch = make_batch(embedder, records=list(records))
+            batch.guard = True
+            return batch
+
+        with pytest.raises(dossier.Forbidden, match="email 'jane.doe@acme.com' already names record 'r-jane'"):
+            store.write(guarded(_contact("acme", "r-dup", identifiers={"email": "JANE.DOE@acme.com"})))
+        assert store.get_records(["r-dup"], org="acme") == []
+        store.write(guarded(_contact("acme", "r-jane", identifiers={"email": "jane.doe@acme.com"}, properties={"plan": "Pro"})))
+        store.write(guarded(_contact("acme", "r-jane-old", merged_into="r-jane", identifiers={"email": "jane.doe@acme.com"})))
+        store.write(make_batch(embedder, records=[_contact("acme", "r-dup", identifiers={"email": "jane.doe@acme.com"})]))  # the admin's
+
+    def test_of_two_guarded_writes_giving_out_one_new_email_at_once_one_lands(self, open_store: Callable[[], Store], embedder: Any) -> None:
+        first, second = open_store(), open_store()
+        write_world(first, embedder, "acme")
+        wrote, release = threading.Event(), threading.Event()
+
+        def guarded(rid: str) -> WriteBatch:
+            batch = make_batch(embedder, records=[_contact("acme", rid, identifiers={"email": "new.person@acme.com"})])
+            batch.guard = True
+            return batch
+
+        def slow_load() -> Any:
+            yield guarded("r-first")
+            wrote.set()
+            release.wait(20)
+
+        outcomes: list[str] = []
+
+        def run(store: Store, batches: Any) -> None:
+            try:
+                store.write_many(batches)
+                outcomes.append("landed")
+            except dossier.UsageError as exc:
+                outcomes.append(str(exc))
+
+        slow = threading.Thread(target=run, args=(first, slow_load()))
+        slow.start()
+        assert wrote.wait(20)
+        other = threading.Thread(target=run, args=(second, [guarded("r-second")]))
+        other.start()
+        other.join(1.0)  # without a lock it has landed by now
+        release.set()
+        slow.join(20)
+        other.join(20)
+        assert outcomes[0] == "landed" and "already names record 'r-first'" in outcomes[1]
+        assert first.get_records(["r-second"], org="acme") == []
 
     def test_settings_update_reads_and_writes_in_one_transaction(self, store: Store, embedder: Any) -> None:
         write_world(store, embedder, "acme")

@@ -51,49 +51,71 @@ class Hit:
     score: float
 
 
-def deletion_guard(batch: WriteBatch, records: Callable[[list[str]], dict[str, tuple[bool, str | None]]],
-                   memory_owners: Callable[[list[str]], dict[str, str]],
-                   attached: Callable[[list[str]], dict[str, str | None]]) -> None:  # fmt: skip
-    """Refuse a guarded batch (``batch.guard``) that reaches a record hidden by a deletion: one it writes,
-    merges into, or adds a memory or a note to, or a stored memory or note it would rewrite. The readers run
-    inside the write's transaction (``records``: id -> (pending_deletion, merged_into), holding those rows
-    against a concurrent change where the store can; ``memory_owners``: stored memory id -> its record;
-    ``attached``: stored document id -> its attached record), so that a deletion another process committed
-    first counts. What is refused and how is what the service says before the write (docs/service.md)."""
+@dataclass(frozen=True)
+class GuardReads:
+    """The reads :func:`write_guard` makes, on the write's own transaction, of one org."""
+
+    #: record id -> (pending_deletion, merged_into), holding those rows against a concurrent change where the
+    #: store can (PostgreSQL: FOR SHARE)
+    records: Callable[[list[str]], dict[str, tuple[bool, str | None]]]
+    memory_owners: Callable[[list[str]], dict[str, str]]  # stored memory id -> its record
+    attached: Callable[[list[str]], dict[str, str | None]]  # stored document id -> its attached record
+    holders: Callable[[str, str], list[str]]  # (identifier kind, normalised value) -> ids of the records holding it
+
+
+def write_guard(batch: WriteBatch, reads: GuardReads) -> None:
+    """Refuse a guarded batch (``batch.guard``: a caller without the admin role) that reaches a record hidden by
+    a deletion (one it writes, merges into, or adds a memory or a note to, or a stored memory or note it would
+    rewrite), or gives another record an identifier a live record holds. Made inside the write's transaction,
+    after the service made the same checks before it, so that what another process committed between the two
+    counts (a deletion, a record created with the same email). What is refused, and how, is what the service
+    says (docs/service.md)."""
     if not batch.guard:
         return
     named = {r.id for r, _ in batch.records} | {r.merged_into for r, _ in batch.records if r.merged_into}
     named |= {m.record for m, _ in batch.memories} | {d.attached_record for d, _ in batch.documents if d.attached_record}
-    owners = memory_owners(sorted({m.id for m, _ in batch.memories}))
-    notes = {doc: rec for doc, rec in attached(sorted({d.id for d, _ in batch.documents})).items() if rec}
+    owners = reads.memory_owners(sorted({m.id for m, _ in batch.memories}))
+    notes = {doc: rec for doc, rec in reads.attached(sorted({d.id for d, _ in batch.documents})).items() if rec}
+    wanted = [(r.id, kind, value) for r, _ in batch.records if not r.merged_into
+              for kind, value in r.identifiers.model_dump().items() if value]  # fmt: skip
+    holders = {(kind, value): reads.holders(kind, value) for _, kind, value in wanted}
     rows: dict[str, tuple[bool, str | None]] = {}
-    ahead = sorted(named | set(owners.values()) | set(notes.values()))
+    ahead = sorted(named | set(owners.values()) | set(notes.values()) | {h for ids in holders.values() for h in ids})
     while ahead:  # the merge chains, a hop at a time
-        rows.update(records(ahead))
+        rows.update(reads.records(ahead))
         ahead = sorted({into for _, into in rows.values() if into and into not in rows} - set(ahead))
 
-    def hidden(record_id: str) -> bool:
+    def end(record_id: str) -> tuple[str, bool]:
+        """The record ``record_id`` is merged into at last, and whether a deletion hides it on the way."""
         seen: set[str] = set()
-        at: str | None = record_id
-        while at is not None and at in rows and at not in seen:
+        at = record_id
+        while at in rows and at not in seen:
             pending, into = rows[at]
             if pending:
-                return True
+                return at, True
             seen.add(at)
+            if into is None:
+                break
             at = into
-        return False
+        return at, False
 
     for memory_id, owner in sorted(owners.items()):  # the owner is not named: the caller may not know it
-        if hidden(owner):
+        if end(owner)[1]:
             raise Forbidden(f"memory {memory_id!r} exists and this caller may not change it")
     for document_id, record_id in sorted(notes.items()):
-        if hidden(record_id):
+        if end(record_id)[1]:
             raise Forbidden(f"document {document_id!r} exists and this caller may not see it, so cannot replace it")
     for record_id in sorted(named):
         if record_id in rows and rows[record_id][0]:
             raise UsageError(f"record {record_id!r} is pending deletion: nothing can be added to it")
-        if hidden(record_id):
+        if end(record_id)[1]:
             raise UsageError(f"record {record_id!r} is merged into a record pending deletion: nothing can be added to it")
+    for record_id, kind, value in wanted:
+        for holder in holders[(kind, value)]:
+            survivor, hidden = end(holder)
+            if holder != record_id and not hidden and survivor != record_id:
+                raise Forbidden(f"{kind} {value!r} already names record {holder!r}: only the admin role gives it to "
+                                "another record (or merge the two, merged_into)")  # fmt: skip
 
 
 def merge_cycle(merged_into: Callable[[str], str | None], start: str, *, most: int = 10_000) -> list[str] | None:
@@ -317,7 +339,7 @@ class WriteBatch:
     documents: list[tuple[Document, str]] = field(default_factory=list)
     edges: list[tuple[Edge, str]] = field(default_factory=list)
     vectors: list[VectorWrite] = field(default_factory=list)
-    #: the write of a caller without the admin role: refused whole (:func:`deletion_guard`) when it reaches a
+    #: the write of a caller without the admin role: refused whole (:func:`write_guard`) when it reaches a
     #: record hidden by a deletion, checked inside the write, so that a deletion committed meanwhile counts
     guard: bool = False
 

@@ -48,8 +48,8 @@ from pgvector.psycopg.vector import register_vector_info
 from ..bundle import Caller, Document, Edge, Identifiers, Memory, Org, Record, Section
 from ..errors import ConfigError, DossierError, SchemaMismatch, StoreError, StoreUnavailable, redacted_url
 from ..identifiers import IdentifierKind, normalize
-from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch, deletion_guard,
-                   merge_cycle, merge_cycle_error, require_org, shown_records, text_scope_asked, walk_edges)
+from .base import (RESTRICTED_SQL, VECTOR_KINDS, DocumentAccess, EdgeHop, GuardReads, Hit, ItemKind, TextKind, VectorKind, Viewer, WriteBatch,
+                   merge_cycle, merge_cycle_error, require_org, shown_records, text_scope_asked, walk_edges, write_guard)
 from .fulltext import terms
 from .postgres_fulltext import TextSearch
 from .postgres_pool import Pool, dropped
@@ -292,7 +292,10 @@ class PostgresStore:
                     for org in sorted(groups):
                         conn.execute("SELECT set_config('dossier.org', %b, true)", [org])
                         if batch.guard:  # the records read FOR SHARE: a deletion waits for this write, or it for one
-                            deletion_guard(batch, *_guard_reads(conn, org))
+                            if any(not r.merged_into and r.identifiers.model_dump(exclude_none=True) for r, _ in batch.records):
+                                # two writers giving out one new identifier at once: the second waits, then sees it
+                                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%b, 0))", ["dossier.identifiers:" + org])
+                            write_guard(batch, _guard_reads(conn, org))
                         write_org(conn.cursor(binary=True), org, groups[org])
                     orgs |= set(groups)
                     kinds |= {(v.org, v.kind) for v in batch.vectors}
@@ -822,21 +825,25 @@ class _Transaction:
             self._lease.__exit__(*exc)
 
 
-def _guard_reads(conn: psycopg.Connection, org: str) -> tuple[Callable[[list[str]], dict[str, tuple[bool, str | None]]],
-                                                              Callable[[list[str]], dict[str, str]],
-                                                              Callable[[list[str]], dict[str, str | None]]]:  # fmt: skip
-    """The reads :func:`~dossier.stores.base.deletion_guard` makes, on the write's own transaction: the records
+def _guard_reads(conn: psycopg.Connection, org: str) -> GuardReads:
+    """The reads :func:`~dossier.stores.base.write_guard` makes, on the write's own transaction: the records
     locked FOR SHARE, so a concurrent change of them (the admin marking one pending deletion) waits for this
     write to end, and a change already under way is waited for and then read as committed."""
 
-    def rows(sql: LiteralString, ids: list[str]) -> list[tuple]:
-        return conn.execute(sql, [org, ids]).fetchall() if ids else []
+    def rows(query: LiteralString, ids: list[str]) -> list[tuple]:
+        return conn.execute(query, [org, ids]).fetchall() if ids else []
 
-    return (
-        lambda ids: {i: (bool(p), m) for i, p, m in rows(
+    def holders(kind: str, value: str) -> list[str]:
+        column = {"email": "email", "phone": "phone", "website": "website", "profile_url": "profile_url"}[kind]
+        query = sql.SQL("SELECT id FROM records WHERE org = %s AND {} = %s").format(sql.Identifier(column))
+        return [r[0] for r in conn.execute(query, [org, value])]
+
+    return GuardReads(
+        records=lambda ids: {i: (bool(p), m) for i, p, m in rows(
             "SELECT id, pending_deletion, merged_into FROM records WHERE org = %s AND id = ANY(%s) ORDER BY id FOR SHARE", ids)},
-        lambda ids: {i: r for i, r in rows("SELECT id, record FROM memories WHERE org = %s AND id = ANY(%s)", ids)},
-        lambda ids: {i: a for i, a in rows("SELECT id, attached_record FROM documents WHERE org = %s AND id = ANY(%s)", ids)},
+        memory_owners=lambda ids: {i: r for i, r in rows("SELECT id, record FROM memories WHERE org = %s AND id = ANY(%s)", ids)},
+        attached=lambda ids: {i: a for i, a in rows("SELECT id, attached_record FROM documents WHERE org = %s AND id = ANY(%s)", ids)},
+        holders=holders,
     )  # fmt: skip
 
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 from ..errors import SchemaMismatch, StoreError, StoreUnavailable
 from ..identifiers import IdentifierKind, email_domain, normalize
 from ..settings import HNSW_MIN_ROWS
-from .base import (RESTRICTED_SQL, DocumentAccess, EdgeHop, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch, deletion_guard,
-                   merge_cycle, merge_cycle_error, property_key, require_org, shown_records, text_scope_asked,
+from .base import (RESTRICTED_SQL, DocumentAccess, EdgeHop, GuardReads, Hit, ItemKind, RestrictedIndex, TextKind, VectorKind, Viewer, WriteBatch,
+                   merge_cycle, merge_cycle_error, property_key, require_org, shown_records, text_scope_asked, write_guard,
                    walk_edges)
 from .fulltext import fts5_query, terms
 from .sqlite_cache import GenerationCache, document_chars, memory_chars
@@ -200,7 +200,7 @@ class SQLiteStore:
                 merged: set[tuple[str, str]] = set()  # (org, record) merged by this write
                 for batch in batches:
                     if batch.guard:  # under the write lock: a deletion committed before this write counts
-                        deletion_guard(batch, *self._guard_reads(db, batch))
+                        write_guard(batch, self._guard_reads(db, batch))
                     self._write_batch(db, batch, rowids, touched)
                     merged |= {(r.org, r.id) for r, _ in batch.records if r.merged_into}
                     kinds |= {(v.org, v.kind) for v in batch.vectors}
@@ -227,10 +227,8 @@ class SQLiteStore:
                              "checks it against the database", org_id, kind, type(exc).__name__)  # fmt: skip
 
     @staticmethod
-    def _guard_reads(db: sqlite3.Connection, batch: WriteBatch) -> tuple[Callable[[list[str]], dict[str, tuple[bool, str | None]]],
-                                                                          Callable[[list[str]], dict[str, str]],
-                                                                          Callable[[list[str]], dict[str, str | None]]]:  # fmt: skip
-        """The reads :func:`~dossier.stores.base.deletion_guard` makes, on the write's own transaction."""
+    def _guard_reads(db: sqlite3.Connection, batch: WriteBatch) -> GuardReads:
+        """The reads :func:`~dossier.stores.base.write_guard` makes, on the write's own transaction."""
         orgs = {item.org for items in (batch.records, batch.memories, batch.documents) for item, _ in items}
         org = require_org(next(iter(orgs)) if len(orgs) == 1 else "", "a guarded write (one org)")
 
@@ -240,10 +238,15 @@ class SQLiteStore:
                 out += db.execute(sql.format(marks=",".join("?" * len(chunk))), [org, *chunk]).fetchall()
             return out
 
-        return (
-            lambda ids: {i: (bool(p), m) for i, p, m in rows("SELECT id, pending_deletion, merged_into FROM records WHERE org = ? AND id IN ({marks})", ids)},
-            lambda ids: {i: r for i, r in rows("SELECT id, record FROM memories WHERE org = ? AND id IN ({marks})", ids)},
-            lambda ids: {i: a for i, a in rows("SELECT id, attached_record FROM documents WHERE org = ? AND id IN ({marks})", ids)},
+        def holders(kind: str, value: str) -> list[str]:
+            column = {"email": "email", "phone": "phone", "website": "website", "profile_url": "profile_url"}[kind]
+            return [r[0] for r in db.execute(f"SELECT id FROM records WHERE org = ? AND {column} = ?", (org, value))]
+
+        return GuardReads(
+            records=lambda ids: {i: (bool(p), m) for i, p, m in rows("SELECT id, pending_deletion, merged_into FROM records WHERE org = ? AND id IN ({marks})", ids)},
+            memory_owners=lambda ids: {i: r for i, r in rows("SELECT id, record FROM memories WHERE org = ? AND id IN ({marks})", ids)},
+            attached=lambda ids: {i: a for i, a in rows("SELECT id, attached_record FROM documents WHERE org = ? AND id IN ({marks})", ids)},
+            holders=holders,
         )  # fmt: skip
 
     def _write_batch(self, db: sqlite3.Connection, batch: WriteBatch, rowids: "_Rowids", touched: set[str]) -> None:
