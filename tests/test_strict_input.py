@@ -415,3 +415,17 @@ def test_an_id_with_a_control_or_format_character_is_refused(engine: dossier.Eng
     assert len(caught.value.problems) == 2
     assert engine.store.get_org(org="acme") is None  # nothing stored
     engine.load_bundle({"orgs": [{"id": "acme"}], "records": [{"id": "rec-\u0645\u062d\u0645\u062f", "org": "acme", "kind": "contact"}]})  # right-to-left letters are fine
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"record": {"email": "marta@globex.com"}}, "record"), ({"message": "another question"}, "message"),
+    ({"fetch": ["doc-refund"]}, "fetch"), ({"filters": {"tags": ["pricing"]}}, "filters"),
+    ({"augmentation": ["more"]}, "augmentation"), ({"mode": "brief"}, "mode"),
+])  # fmt: skip
+def test_a_continuation_beside_what_the_session_holds_is_refused(extra: dict, field: str) -> None:
+    """The session of a continuation holds who and what the call was about: a record beside it replaced the
+    session's, and the session's own items were governed against the wrong record and dropped for good."""
+    with pytest.raises(dossier.InvalidRequest) as caught:
+        parse_request({"continuation": "s-1", **extra})
+    assert caught.value.field == field
+    assert parse_request({"continuation": "s-1", "mode": "expand", "budget": {"totalTokens": 500}}).continuation == "s-1"

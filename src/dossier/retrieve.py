@@ -43,11 +43,11 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
     """Validate a request; the error names the offending field (``record.email``, ``budget.totalTokens``)."""
     where = nul_path(request.model_dump(mode="json") if isinstance(request, RetrieveRequest) else request)
     if where is None and isinstance(request, RetrieveRequest):
-        return request
+        return _expand_alone(request)
     if where is not None:  # no text (PostgreSQL cannot hold it): refused alike on both stores
         raise InvalidRequest(f"invalid request: {where or 'request'}: {NUL_MESSAGE}", field=where or "request")
     try:
-        return RetrieveRequest.model_validate(request)
+        return _expand_alone(RetrieveRequest.model_validate(request))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"] if p != "[key]") or "request"  # a map's key: named by itself"
@@ -56,6 +56,26 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
             message = "unknown field"
         where = clip(where, quote=False)  # a field name the caller made up is quoted no longer than any input
         raise InvalidRequest(f"invalid request: {where}: {message}", field=where) from None
+
+
+def _expand_alone(request: RetrieveRequest) -> RetrieveRequest:
+    """A ``continuation`` pages through what an earlier call could not fit: the session holds who and what
+    that call was about, so a request naming another record, question, fetch list or filters beside it would
+    be answered about something else than it says (a record there replaced the session's, and the items of the
+    session's record were dropped for good). Refused, naming the field."""
+    if not request.continuation:
+        return request
+    if request.mode not in (None, "expand"):
+        raise InvalidRequest(f"invalid request: mode: a continuation pages through an earlier call (mode expand), "
+                             f"not {request.mode}", field="mode")  # fmt: skip
+    given = {"record": request.record is not None, "message": request.message is not None,
+             "fetch": request.fetch is not None, "filters": request.filters is not None,
+             "augmentation": request.augmentation is not None}  # fmt: skip
+    for name, present in given.items():
+        if present:
+            raise InvalidRequest(f"invalid request: {name}: an expand call takes it from the session of its "
+                                 "continuation: leave it out", field=name)  # fmt: skip
+    return request
 
 
 def retrieve(
