@@ -66,3 +66,20 @@ def test_leftover_bytes_go_to_sources_still_waiting(sample_engine: dossier.Engin
     assert graph.bytes_used > response.budget.share["graph"]
     assert sum(response.budget.used.values()) <= 4000
     assert all(size(i) > 0 for r in response.sources.values() for i in r.items)
+
+
+def test_every_source_keeps_its_order_whatever_the_budget(sample_engine: dossier.Engine) -> None:
+    """A pass skips an item that does not fit to pack a smaller one after it, and a later pass adds what an
+    earlier one left: the items still come out in the source's own order (best first, nearest edges first),
+    each source's packed items an ordered subset of what the full budget returns."""
+    full = ask(sample_engine, budget={"totalTokens": 50_000})
+    order = {s: [i.model_dump_json(exclude={"text", "truncated"}) for i in full.sources[s].items] for s in full.sources}
+    checked = 0
+    for total in range(150, 6000, 97):
+        response = ask(sample_engine, budget={"totalTokens": total})
+        for source, result in response.sources.items():
+            keys = [i.model_dump_json(exclude={"text", "truncated"}) for i in result.items]
+            positions = [order[source].index(k) for k in keys if k in order[source]]
+            assert positions == sorted(positions), (total, source, positions)
+            checked += len(positions) > 1
+    assert checked > 20

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -136,3 +136,27 @@ def test_external_source_failure_is_reported(fresh_engine: dossier.Engine, endpo
     assert response.sources["external"].status == "error"
     assert "HTTP 500" in (response.sources["external"].error or "")
     assert response.partial is True and response.sources["memories"].status == "ok"
+
+
+def test_external_items_sharing_an_id_are_all_paged_through(fresh_engine: dossier.Engine) -> None:
+    """Two items of one external source with one id (an explicit "0", and one without an id named by its
+    place): each is delivered once across the pages, none dropped because the other was packed."""
+    from dossier.schema import ExternalItem
+
+    class Tickets:
+        name = "crm"
+
+        def fetch(self, *, org: str, record: Any, message: str, timeout: float) -> list[ExternalItem]:
+            texts = ["First ticket " + "a" * 120, "Second ticket " + "b" * 120, "Third ticket " + "c" * 120]
+            return [ExternalItem(id=i, source="crm", text=t) for i, t in zip(["0", "0", "2"], texts)]
+
+    fresh_engine.register_external(Tickets())  # type: ignore[arg-type]
+    first = ask(fresh_engine, sources={"external": True, "memories": False, "documents": False, "properties": False,
+                                       "graph": False}, budget={"totalTokens": 200})  # fmt: skip
+    texts = [i.text for i in first.sources["external"].items]
+    token = first.continuation
+    while token:
+        page = fresh_engine.retrieve({"continuation": token, "budget": {"totalTokens": 200}}, org="northwind", caller="ana")
+        texts += [i.text for i in page.sources["external"].items]
+        token = page.continuation
+    assert sorted(t.split(" ")[0] for t in texts) == ["First", "Second", "Third"]

@@ -73,7 +73,7 @@ def pack(call: Call) -> None:
     active = [s for s in SOURCE_NAMES if call.candidates[s]]
     allowance = shares(call, active)
     call.decide("budget", ran=True, detail={"shares": dict(allowance)})
-    packed: dict[SourceName, list[Any]] = {s: [] for s in SOURCE_NAMES}
+    packed: dict[SourceName, list[tuple[Any, Any]]] = {s: [] for s in SOURCE_NAMES}  # (candidate, item packed for it)
     used: dict[SourceName, int] = {s: 0 for s in SOURCE_NAMES}
     waiting: dict[SourceName, list[Any]] = {}
     sizes: dict[int, int] = {}  # id(candidate) -> size: a candidate left waiting is sized once, not once per pass
@@ -94,22 +94,26 @@ def pack(call: Call) -> None:
             waiting[source] = _fill(waiting[source], room, packed[source], used, source, sizes, offset=before)
     for source in SOURCE_NAMES:
         result = call.results[source]
-        result.items = packed[source]
+        # in the sources' own order (best first, nearest first), whichever pass packed an item: a later pass
+        # appends what an earlier one could not fit, and a pass skips an item to pack a smaller one after it
+        rank = {id(c): i for i, c in enumerate(call.candidates[source])}
+        result.items = [item for _, item in sorted(packed[source], key=lambda pair: rank[id(pair[0])])]
         result.bytes_used = used[source]
         result.dropped = len(waiting.get(source, []))
         if not call.request.trace:  # the notes below are read by the trace alone
             continue
         for item in waiting.get(source, []):
             call.note(source, item_key(item), "budget", "dropped", "over_budget", getattr(item, "score", None))
-        for item in packed[source]:
+        for item in result.items:
             call.note(source, item_key(item), "budget", "kept", "truncated" if getattr(item, "truncated", False) else None)
     call.shares = dict(allowance.items())  # as pairs: call.shares is dict[str, int]
 
 
-def _fill(items: list[Any], room: int, out: list[Any], used: dict[SourceName, int], source: SourceName,
+def _fill(items: list[Any], room: int, out: list[tuple[Any, Any]], used: dict[SourceName, int], source: SourceName,
           sizes: dict[int, int], offset: int = 0) -> list[Any]:  # fmt: skip
-    """Pack ``items`` into ``room`` bytes (beyond ``offset`` already used); return what did not fit.
-    ``sizes`` keeps each item's size by ``id`` (the candidates stay alive while the call packs)."""
+    """Pack ``items`` into ``room`` bytes (beyond ``offset`` already used), adding (candidate, item packed:
+    itself or a cut copy) to ``out``; return what did not fit. ``sizes`` keeps each item's size by ``id``
+    (the candidates stay alive while the call packs)."""
     left: list[Any] = []
     spent = 0
     for item in items:
@@ -117,12 +121,12 @@ def _fill(items: list[Any], room: int, out: list[Any], used: dict[SourceName, in
         if need is None:
             need = sizes[id(item)] = size(item)
         if spent + need <= room:
-            out.append(item)
+            out.append((item, item))
             spent += need
             continue
         cut = _cut(item, room - spent)
         if cut is not None:
-            out.append(cut)
+            out.append((item, cut))
             spent += size(cut)
         else:
             left.append(item)

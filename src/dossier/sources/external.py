@@ -57,7 +57,8 @@ class HttpJsonSource:
         for i, raw in enumerate(items[: self.max_items]):
             if isinstance(raw, dict) and isinstance(raw.get("text"), str):
                 score = raw.get("score")
-                out.append(ExternalItem(id=str(raw.get("id", i)), source=self.name, text=raw["text"],
+                item_id = raw.get("id")  # an item without one is named by its place: "#3"
+                out.append(ExternalItem(id=str(item_id) if item_id is not None else f"#{i}", source=self.name, text=raw["text"],
                                         score=float(score) if isinstance(score, (int, float)) else None))  # fmt: skip
         return out
 
@@ -98,4 +99,20 @@ class ExternalSource:
                 items.extend(got)
         if failures == len(self.adapters):
             raise Failed()
-        return items
+        return _unique(items)
+
+
+def _unique(items: list[ExternalItem]) -> list[ExternalItem]:
+    """``items`` with each key (``source/id``) once: an item whose key an earlier one of its source holds gets
+    its place after it (``id#2``), so that neither is lost where items are told apart by key (a session's
+    pages: what was packed leaves by key)."""
+    seen: set[tuple[str, str]] = set()
+    out: list[ExternalItem] = []
+    for n, item in enumerate(items):
+        key = (item.source, item.id)
+        if key in seen:
+            item = item.model_copy(update={"id": f"{item.id}#{n}"})
+            key = (item.source, item.id)
+        seen.add(key)
+        out.append(item)
+    return out
