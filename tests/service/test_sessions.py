@@ -154,3 +154,27 @@ def test_leaving_sources_out_does_not_tell_another_caller_that_hidden_items_wait
             sample.retrieve(probe, org="northwind", caller="ana")
     rest = pages(sample, first, caller="admin")
     assert {i.document_id for p in rest for i in p.sources["documents"].items} == {"doc-commission"}
+
+
+def test_an_item_no_page_can_hold_ends_paging_and_a_page_too_small_says_what_it_needs(sample: dossier.Engine) -> None:
+    """A property of eight long list entries is larger than the largest budget and has no text to cut: it
+    used to stay in the session for ever (every page empty, the same continuation), so a caller paging while
+    there is a continuation never stopped. It is dropped and counted; and a page whose budget fits nothing
+    that waits says the budget the next item needs."""
+    notes = [f"note {n}: " + "x" * 9_000 for n in range(8)]
+    sample.load_bundle({"records": [{"id": "rec-big", "org": "northwind", "kind": "contact",
+                                     "identifiers": {"email": "big@bigcorp.example"},
+                                     "properties": {"name": "Big", "notes": notes}}]})  # fmt: skip
+    ask = {"mode": "brief", "record": {"email": "big@bigcorp.example"}, "message": "What do we know about Big?",
+           "sources": {"properties": True, "memories": False, "documents": False, "graph": False}}  # fmt: skip
+    first = sample.retrieve({**ask, "budget": {"totalTokens": 50_000}}, org="northwind", caller="ana")
+    assert [i.name for i in first.sources["properties"].items] == ["name"] and first.budget.dropped["properties"] == 1
+    assert first.continuation is None and first.route["session"].detail["unpackable"] == 1
+    small = sample.retrieve({**BRIEF, "budget": {"totalTokens": 400}}, org="northwind", caller="ana")
+    assert small.continuation
+    page = sample.retrieve({"continuation": small.continuation, "budget": {"totalTokens": 1}}, org="northwind", caller="ana")
+    assert not any(r.items for r in page.sources.values()) and page.continuation == small.continuation
+    needs = page.route["session"].detail["needs_budget"]
+    assert needs > 1
+    bigger = sample.retrieve({"continuation": small.continuation, "budget": {"totalTokens": needs}}, org="northwind", caller="ana")
+    assert any(r.items for r in bigger.sources.values())  # that budget makes progress

@@ -30,9 +30,10 @@ from pydantic import TypeAdapter
 
 from ..errors import InvalidRequest
 from ..identifiers import clip
-from ..schema import SOURCE_NAMES, Item, SourceName, item_key
+from ..schema import MAX_BUDGET, SOURCE_NAMES, Item, SourceName, item_key
 from ..stores.service_base import Session
 from ..pipeline.call import Call, Resolution, Restored, public_error
+from .budget import MIN_CUT_BYTES, size
 from .plan import infer_mode
 from ..pipeline.visibility import shown_records, survivor
 from .resolve import live_merged_from
@@ -111,9 +112,15 @@ def _keep(call: Call) -> str | None:
     if restored is not None and not call.resolution.tombstone:  # sources this page left out wait on
         left = {s: items for s, items in restored.state["remaining"].items() if s not in restored.page}
     more = False  # anything this caller was cleared for is left
+    unpackable = 0
     for source in SOURCE_NAMES:
         packed = {item_key(item) for item in call.results[source].items}
-        rest = [item.model_dump(mode="json") for item in call.candidates[source] if item_key(item) not in packed]
+        waiting = [item for item in call.candidates[source] if item_key(item) not in packed]
+        # an item no page can hold (no text to cut, and larger than the largest budget) would keep the session,
+        # and a caller paging "while there is a continuation", going for ever: it is dropped and counted
+        kept = [item for item in waiting if hasattr(item, "text") or size(item) <= MAX_BUDGET]
+        unpackable += len(waiting) - len(kept)
+        rest = [item.model_dump(mode="json") for item in kept]
         more = more or bool(rest)
         if restored is not None and not restored.own and source in restored.page and not call.resolution.tombstone:
             # another caller's page: what governance removed for this caller waits for the opener (whose
@@ -122,6 +129,13 @@ def _keep(call: Call) -> str | None:
                     if _key(item) not in packed]  # fmt: skip
         if rest:
             left[source] = rest
+    if unpackable:
+        call.decide("session", detail={"unpackable": unpackable})
+        if not left and restored is None:
+            return None  # nothing any page could hold: no session to open
+    if call.plan.mode == "expand" and left and not any(call.results[s].items for s in SOURCE_NAMES):
+        # nothing fitted this page: say what the next item needs, so a caller can ask with that budget
+        call.decide("session", detail={"needs_budget": min(_needs(item) for items in left.values() for item in items)})
     try:
         sid = _save(call, restored, left)
     except Exception as exc:  # noqa: BLE001 - the page itself is fine; say that no next page can follow
@@ -132,6 +146,13 @@ def _keep(call: Call) -> str | None:
     # a caller paging through another's session is given the id back only while items it was cleared for
     # wait (it holds the id: a later page governs what waits again, for it)
     return sid if restored is None or restored.own or more else None
+
+
+def _needs(item: dict[str, Any]) -> int:
+    """The least budget that packs some of ``item`` (as the session keeps it): a text is cut to fit
+    (``MIN_CUT_BYTES`` is the least worth packing), anything else fits whole or not at all."""
+    whole = size(_ITEM.validate_python(item))
+    return min(whole, MIN_CUT_BYTES) if "text" in item else whole
 
 
 def _key(item: dict[str, Any]) -> str:
