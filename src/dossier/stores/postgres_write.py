@@ -36,14 +36,15 @@ def group_by_org(batch: WriteBatch) -> dict[str, dict[str, list]]:
             add(item[0].org, name, item)
     for v in batch.vectors:
         add(v.org, "vectors", v)
-    # every write takes its rows' locks in one order (by id): two loads upserting the same rows in other orders
-    # would otherwise each hold a row the other waits for, and one of them fail with "deadlock detected"
+    # every write takes its items' row locks in one order (by id): two loads upserting the same rows in other
+    # orders would otherwise each hold a row the other waits for, and one of them fail with "deadlock detected".
+    # Vectors keep the bundle's order: the order they are stored in is the order an HNSW index built over them
+    # later takes them in, and that changes the graph (which neighbours a search finds), not only the locks.
     for group in groups.values():
         group["orgs"].sort(key=lambda o: o.id)
         group["callers"].sort(key=lambda c: c.id)
         for name in ("records", "memories", "documents", "edges"):
             group[name].sort(key=lambda item: item[0].id)
-        group["vectors"].sort(key=lambda v: (v.kind, v.key))
     return groups
 
 
