@@ -178,3 +178,27 @@ def test_an_item_no_page_can_hold_ends_paging_and_a_page_too_small_says_what_it_
     assert needs > 1
     bigger = sample.retrieve({"continuation": small.continuation, "budget": {"totalTokens": needs}}, org="northwind", caller="ana")
     assert any(r.items for r in bigger.sources.values())  # that budget makes progress
+
+
+def test_later_pages_serve_what_the_waiting_items_are_now(sample: dossier.Engine) -> None:
+    """A memory rewritten after the first page comes as it is now; one moved to another record since is that
+    record's and not paged into this call; a document's section comes with its current text."""
+    store = sample.store
+    first = sample.retrieve({**BRIEF, "budget": {"totalTokens": 1200}}, org="northwind", caller="ana")
+    assert first.continuation
+    shown = {i.id for i in first.sources["memories"].items}
+    jane = [m for m in store.get_memories([f"mem-{n:04d}" for n in range(1, 400)], org="northwind") if m.record == "rec-jane"]
+    waiting = [m for m in jane if m.id not in shown]
+    assert len(waiting) >= 2
+    moved, kept = waiting[0], waiting[1:]
+    sample.load_bundle({"memories": [
+        {**moved.model_dump(mode="json"), "record": "rec-marta"},
+        *[{**m.model_dump(mode="json"), "text": m.text + " (edited)"} for m in kept],
+    ]})  # fmt: skip
+    later = pages(sample, first)
+    memories = [i for p in later for i in p.sources["memories"].items]
+    assert memories and moved.id not in {i.id for i in memories}
+    edited = {m.id for m in kept}
+    rewritten = [i for i in memories if i.id in edited]
+    assert rewritten and all(i.text.endswith("(edited)") or i.truncated for i in rewritten)
+    assert all(i.record_id != "rec-marta" for i in memories)

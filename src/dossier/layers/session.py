@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from ..bundle import has_value
 from ..errors import InvalidRequest
 from ..identifiers import clip
 from ..schema import MAX_BUDGET, SOURCE_NAMES, Item, SourceName, item_key
@@ -67,6 +68,11 @@ def restore_session(call: Call) -> None:
     if call.resolution.tombstone:
         page = {}  # a tombstone carries nothing, and nothing attached to it anywhere
     for source, items in page.items():
+        try:
+            items = _fresh(call, source, items)
+        except Exception as exc:  # noqa: BLE001 - fail closed: nothing of a source that cannot be read again
+            call.fail(source, f"reading the waiting items again failed: {public_error(exc)}")
+            items = []
         call.candidates[source] = items
         if call.results[source].status == "skipped":
             call.results[source].status = "empty"
@@ -77,6 +83,33 @@ def restore_session(call: Call) -> None:
     opened = {"opened_by": session.call_id, "page": state["page"] + 1, "returned_before": state["returned"]}
     call.decide("session", ran=True, backend="session", detail=opened if own else {})
     call.session = Restored(session=session, state=state, page=frozenset(page), own=own)
+
+
+def _fresh(call: Call, source: str, items: list[Any]) -> list[Any]:
+    """The waiting ``items`` of ``source`` as they are now: a memory's text, record and date, a section's title,
+    heading and text, a property's value read again (one read per source), and those no longer there left
+    out (a memory removed, a section dropped from its document, a property a record no longer has). Governance
+    then judges what they are now, not what they were (a memory moved to another record since the first page
+    is that record's). Edges and external items are served as kept."""
+    store = call.store
+    if source == "memories":
+        rows = {m.id: m for m in store.get_memories([i.id for i in items], org=call.org)}
+        return [i.model_copy(update={"text": rows[i.id].text, "record_id": rows[i.id].record, "created_at": rows[i.id].created_at})
+                for i in items if i.id in rows]  # fmt: skip
+    if source == "documents":
+        documents = {d.id: d for d in store.get_documents(sorted({i.document_id for i in items}), org=call.org)}
+        out = []
+        for i in items:
+            document = documents.get(i.document_id)
+            section = next((s for s in document.sections if s.id == i.section_id), None) if document else None
+            if document is not None and section is not None:
+                out.append(i.model_copy(update={"title": document.title, "heading": section.heading, "text": section.text}))
+        return out
+    if source == "properties":
+        records = {r.id: r for r in store.get_records(sorted({i.record_id for i in items}), org=call.org)}
+        return [i.model_copy(update={"value": records[i.record_id].properties[i.name]}) for i in items
+                if i.record_id in records and has_value(records[i.record_id].properties.get(i.name))]  # fmt: skip
+    return items
 
 
 def unknown_continuation(sid: str) -> InvalidRequest:
