@@ -418,8 +418,7 @@ def test_an_id_with_a_control_or_format_character_is_refused(engine: dossier.Eng
 
 
 @pytest.mark.parametrize("extra,field", [
-    ({"record": {"email": "marta@globex.com"}}, "record"), ({"message": "another question"}, "message"),
-    ({"fetch": ["doc-refund"]}, "fetch"), ({"filters": {"tags": ["pricing"]}}, "filters"),
+    ({"record": {"email": "marta@globex.com"}}, "record"), ({"fetch": ["doc-refund"]}, "fetch"), ({"filters": {"tags": ["pricing"]}}, "filters"),
     ({"augmentation": ["more"]}, "augmentation"), ({"mode": "brief"}, "mode"),
 ])  # fmt: skip
 def test_a_continuation_beside_what_the_session_holds_is_refused(extra: dict, field: str) -> None:
@@ -429,3 +428,5 @@ def test_a_continuation_beside_what_the_session_holds_is_refused(extra: dict, fi
         parse_request({"continuation": "s-1", **extra})
     assert caught.value.field == field
     assert parse_request({"continuation": "s-1", "mode": "expand", "budget": {"totalTokens": 500}}).continuation == "s-1"
+    # the question a synthesis of the page answers
+    assert parse_request({"continuation": "s-1", "message": "Q?", "synthesize": True}).message == "Q?"

@@ -59,22 +59,22 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
 
 
 def _expand_alone(request: RetrieveRequest) -> RetrieveRequest:
-    """A ``continuation`` pages through what an earlier call could not fit: the session holds who and what
-    that call was about, so a request naming another record, question, fetch list or filters beside it would
-    be answered about something else than it says (a record there replaced the session's, and the items of the
-    session's record were dropped for good). Refused, naming the field."""
+    """A ``continuation`` pages through what an earlier call could not fit: the session holds who that call was
+    about and what it found, so a request naming another record, fetch list, filters or rephrasings beside it
+    would be answered about something else than it says (a record there replaced the session's, and the items
+    of the session's record were dropped for good). Refused, naming the field. A ``message`` is the question a
+    synthesis of the page answers, and stays allowed."""
     if not request.continuation:
         return request
     if request.mode not in (None, "expand"):
         raise InvalidRequest(f"invalid request: mode: a continuation pages through an earlier call (mode expand), "
                              f"not {request.mode}", field="mode")  # fmt: skip
-    given = {"record": request.record is not None, "message": request.message is not None,
-             "fetch": request.fetch is not None, "filters": request.filters is not None,
-             "augmentation": request.augmentation is not None}  # fmt: skip
+    given = {"record": request.record is not None, "fetch": request.fetch is not None,
+             "filters": request.filters is not None, "augmentation": request.augmentation is not None}  # fmt: skip
     for name, present in given.items():
         if present:
-            raise InvalidRequest(f"invalid request: {name}: an expand call takes it from the session of its "
-                                 "continuation: leave it out", field=name)  # fmt: skip
+            raise InvalidRequest(f"invalid request: {name}: an expand call pages through what its continuation's "
+                                 "session holds: leave it out", field=name)  # fmt: skip
     return request
 
 
