@@ -434,8 +434,11 @@ class Service:
         """An identifier that already names a live record (not this one, nor one merged with it) goes to another
         record only by the admin role: a second record holding jane@acme.com would be resolved for her in every
         call (docs/retrieve.md: ``ambiguous``), so anyone who may write records could put words in her mouth.
-        A record written as merged into another (``merged_into``) may share its identifiers."""
+        A record written as merged into another (``merged_into``) may share its identifiers, and a record keeps
+        those it holds already (two contacts loaded with one office phone stay writable); one request giving a
+        new identifier to two records is refused too."""
         store = self.engine.store
+        given: dict[tuple[str, str], str] = {}  # (kind, value) -> the record of this request it is given to
         for item in items:
             if not isinstance(item, Mapping) or not isinstance(item.get("id"), str) or item.get("merged_into"):
                 continue
@@ -447,7 +450,14 @@ class Service:
                     wanted = normalize(kind, value)
                 except ValueError:
                     continue  # the bundle check names it
-                holders = [r for r in store.find_records(cast(IdentifierKind, kind), wanted, org=principal.org) if r.id != item["id"]]
+                other = given.setdefault((kind, wanted), item["id"])
+                if other != item["id"]:
+                    raise Forbidden(f"{kind} {clip(value)} is given to two records in one request ({other!r} and "
+                                    f"{item['id']!r}): only the admin role does that")  # fmt: skip
+                found = store.find_records(cast(IdentifierKind, kind), wanted, org=principal.org)
+                if any(r.id == item["id"] for r in found):
+                    continue  # the record holds it already: not given to it now
+                holders = [r for r in found if r.id != item["id"]]
                 shown = shown_records(store, [r.id for r in holders], org=principal.org)
                 for holder in holders:
                     if holder.id in shown and survivor(store, holder, org=principal.org)[0].id != item["id"]:

@@ -210,6 +210,14 @@ def test_an_identifier_of_a_live_record_goes_to_another_record_by_the_admin_alon
                                            "identifiers": {"email": "jane@acme.com"}}])  # fmt: skip
     service.add_records(principal("admin"), [fake])  # the admin's decision (and the ``ambiguous`` rule's)
     assert service.engine.store.get_records(["rec-a-jane"], org="northwind")
+    # two contacts the admin loaded with one office phone stay writable: each holds it already
+    office = {"kind": "contact", "identifiers": {"phone": "+1 415 555 0199"}}
+    service.add_records(principal("admin"), [{"id": "rec-o1", **office}, {"id": "rec-o2", **office}])
+    service.add_records(principal("ana"), [{"id": "rec-o1", **office, "properties": {"desk": "3F"}}])
+    with pytest.raises(Forbidden, match="given to two records in one request"):
+        service.add_records(principal("ana"), [{"id": "rec-n1", "kind": "contact", "identifiers": {"email": "new@x.example"}},
+                                               {"id": "rec-n2", "kind": "contact", "identifiers": {"email": "new@x.example"}}])  # fmt: skip
+    assert service.engine.store.get_records(["rec-n1", "rec-n2"], org="northwind") == []
 
 
 def test_a_deletion_committed_after_the_services_checks_still_refuses_the_write(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:

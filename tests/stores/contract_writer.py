@@ -255,6 +255,10 @@ class WriterContract:
         store.write(guarded(_contact("acme", "r-jane", identifiers={"email": "jane.doe@acme.com"}, properties={"plan": "Pro"})))
         store.write(guarded(_contact("acme", "r-jane-old", merged_into="r-jane", identifiers={"email": "jane.doe@acme.com"})))
         store.write(make_batch(embedder, records=[_contact("acme", "r-dup", identifiers={"email": "jane.doe@acme.com"})]))  # the admin's
+        store.write(guarded(_contact("acme", "r-dup", identifiers={"email": "jane.doe@acme.com"}, properties={"x": 1})))  # holds it
+        with pytest.raises(dossier.Forbidden, match="given to two records in one request"):
+            store.write(guarded(_contact("acme", "r-n1", identifiers={"email": "n@acme.com"}),
+                                _contact("acme", "r-n2", identifiers={"email": "n@acme.com"})))  # fmt: skip
 
     def test_of_two_guarded_writes_giving_out_one_new_email_at_once_one_lands(self, open_store: Callable[[], Store], embedder: Any) -> None:
         first, second = open_store(), open_store()

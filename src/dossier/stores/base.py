@@ -110,10 +110,17 @@ def write_guard(batch: WriteBatch, reads: GuardReads) -> None:
             raise UsageError(f"record {record_id!r} is pending deletion: nothing can be added to it")
         if end(record_id)[1]:
             raise UsageError(f"record {record_id!r} is merged into a record pending deletion: nothing can be added to it")
+    given: dict[tuple[str, str], str] = {}
     for record_id, kind, value in wanted:
+        other = given.setdefault((kind, value), record_id)
+        if other != record_id:
+            raise Forbidden(f"{kind} {value!r} is given to two records in one request ({other!r} and {record_id!r}): "
+                            "only the admin role does that")  # fmt: skip
+        if record_id in holders[(kind, value)]:
+            continue  # the record holds it already: not given to it now
         for holder in holders[(kind, value)]:
             survivor, hidden = end(holder)
-            if holder != record_id and not hidden and survivor != record_id:
+            if not hidden and survivor != record_id:
                 raise Forbidden(f"{kind} {value!r} already names record {holder!r}: only the admin role gives it to "
                                 "another record (or merge the two, merged_into)")  # fmt: skip
 
