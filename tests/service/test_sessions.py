@@ -202,3 +202,17 @@ def test_later_pages_serve_what_the_waiting_items_are_now(sample: dossier.Engine
     rewritten = [i for i in memories if i.id in edited]
     assert rewritten and all(i.text.endswith("(edited)") or i.truncated for i in rewritten)
     assert all(i.record_id != "rec-marta" for i in memories)
+
+
+def test_the_budget_a_page_says_it_needs_packs_the_item_and_one_byte_less_does_not() -> None:
+    from dossier.layers.budget import _cut, size
+    from dossier.layers.session import _needs
+    from dossier.schema import PropertyItem, SectionItem
+
+    section = SectionItem(document_id="d", section_id="s", title="T" * 120, heading="H" * 80, text="x" * 2_000)
+    prop = PropertyItem(record_id="rec-big", name="notes", value=["y" * 900])
+    for item in (section, prop):
+        needs = _needs(item.model_dump(mode="json"))
+        fits = size(item) <= needs or _cut(item, needs) is not None
+        assert fits, item.kind
+        assert size(item) > needs - 1 and _cut(item, needs - 1) is None  # nothing less packs it

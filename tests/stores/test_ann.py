@@ -282,8 +282,8 @@ def test_a_compaction_whose_file_another_process_replaced_builds_afresh(loaded: 
 
 def test_files_killed_saves_left_behind_are_removed_by_the_next_save(loaded: tuple[Path, np.ndarray]) -> None:
     """A process killed between writing its file and removing the one before leaves an older file; one killed
-    while writing leaves a partial file. The next save removes both (a partial file only once it is an hour
-    old: another process may be writing it now)."""
+    while writing leaves a partial file. The next save removes both once they are an hour old (before that,
+    another process may be writing the one, or about to open the other)."""
     import os
     import time
 
@@ -292,19 +292,22 @@ def test_files_killed_saves_left_behind_are_removed_by_the_next_save(loaded: tup
     [current] = [n for n in files(path) if n.endswith(".usearch")]
     stem = current.rsplit("-", 1)[0]
     older, killed, writing = folder / f"{stem}-1.usearch", folder / f"{stem}-7.usearch.999.partial", folder / f"{stem}.json.998.partial"
+    fresh_older = folder / f"{stem}-2.usearch"  # just written by another process, which may be about to open it
     shutil.copy(folder / current, older)
+    shutil.copy(folder / current, fresh_older)
     for leftover in (killed, writing):
         leftover.write_bytes(b"half written")
     hour_ago = time.time() - 3700
     os.utime(killed, (hour_ago, hour_ago))
+    os.utime(older, (hour_ago, hour_ago))
     store = open_store(path)
     try:
         store.write(WriteBatch(vectors=vectors("acme", [f"m{i:04d}" for i in range(150)], clustered(150, seed=7))))
     finally:
         store.close()
     left = files(path)
-    assert older.name not in left and killed.name not in left and writing.name in left
-    assert len([n for n in left if n.endswith(".usearch")]) == 1
+    assert older.name not in left and killed.name not in left and writing.name in left and fresh_older.name in left
+    assert len([n for n in left if n.endswith(".usearch")]) == 2
 
 
 def test_an_index_rebuilt_after_a_compaction_emptied_the_log_is_built_once(loaded: tuple[Path, np.ndarray]) -> None:

@@ -357,6 +357,36 @@ def test_loads_writing_the_same_rows_in_other_orders_at_once_never_deadlock(pg_u
             store.close()
 
 
+def test_two_guarded_writes_of_one_record_at_once_queue_instead_of_deadlocking(pg_url: str, embedder: Any) -> None:
+    """A guarded write (a caller without the admin role) locks the records it checks; those it will write are
+    locked as the upsert locks them, so two writers of one record queue. With a share lock each, each upsert
+    waited for the other's share lock, and one failed with "deadlock detected"."""
+    from threading import Barrier
+
+    stores = [PostgresStore(pg_url), PostgresStore(pg_url)]
+    try:
+        write_world(stores[0], embedder, "acme")
+        failures: list[str] = []
+        for round_ in range(20):
+            start = Barrier(2)
+
+            def load(store: PostgresStore, by: str, n: int = round_) -> None:
+                batch = make_batch(embedder, records=[_contact("acme", "r-bob", properties={"round": n, "by": by})], vectors=False)
+                batch.guard = True
+                start.wait(10)
+                try:
+                    store.write(batch)
+                except dossier.StoreError as exc:
+                    failures.append(str(exc))
+
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(load, stores, ["one", "two"]))
+        assert failures == []
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_a_statement_timeout_that_is_not_a_number_is_refused(pg_url: str) -> None:
     sep = "&" if "?" in pg_url else "?"
     with pytest.raises(dossier.ConfigError, match="dossier_statement_timeout_ms must be a whole number"):

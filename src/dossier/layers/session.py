@@ -34,7 +34,7 @@ from ..identifiers import clip
 from ..schema import MAX_BUDGET, SOURCE_NAMES, Item, SourceName, item_key
 from ..stores.service_base import Session
 from ..pipeline.call import Call, Resolution, Restored, public_error
-from .budget import MIN_CUT_BYTES, size
+from .budget import ELLIPSIS, MIN_CUT_BYTES, size
 from .plan import infer_mode
 from ..pipeline.visibility import shown_records, survivor
 from .resolve import live_merged_from
@@ -67,12 +67,13 @@ def restore_session(call: Call) -> None:
         page[source] = [_ITEM.validate_python(item) for item in items]
     if call.resolution.tombstone:
         page = {}  # a tombstone carries nothing, and nothing attached to it anywhere
-    for source, items in page.items():
+    for source in list(page):
         try:
-            items = _fresh(call, source, items)
+            page[source] = _fresh(call, source, page[source])
         except Exception as exc:  # noqa: BLE001 - fail closed: nothing of a source that cannot be read again
             call.fail(source, f"reading the waiting items again failed: {public_error(exc)}")
-            items = []
+            del page[source]  # its items wait in the session for the next page, as a source left out does
+    for source, items in page.items():
         call.candidates[source] = items
         if call.results[source].status == "skipped":
             call.results[source].status = "empty"
@@ -182,10 +183,15 @@ def _keep(call: Call) -> str | None:
 
 
 def _needs(item: dict[str, Any]) -> int:
-    """The least budget that packs some of ``item`` (as the session keeps it): a text is cut to fit
-    (``MIN_CUT_BYTES`` is the least worth packing), anything else fits whole or not at all."""
-    whole = size(_ITEM.validate_python(item))
-    return min(whole, MIN_CUT_BYTES) if "text" in item else whole
+    """The least budget that packs some of ``item`` (as the session keeps it): a text is cut to fit, which
+    needs room for all but its text (a section's title and heading), the ellipsis and one byte, and at least
+    ``MIN_CUT_BYTES``; anything else fits whole or not at all."""
+    model = _ITEM.validate_python(item)
+    whole = size(model)
+    if "text" not in item:
+        return whole
+    frame = size(model.model_copy(update={"text": ""})) + len(ELLIPSIS.encode()) + 1
+    return min(whole, max(MIN_CUT_BYTES, frame))
 
 
 def _key(item: dict[str, Any]) -> str:

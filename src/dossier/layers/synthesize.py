@@ -44,9 +44,10 @@ LABELS: dict[SourceName, str] = {"properties": "P", "memories": "M", "documents"
 NO_MODEL = "synthesis needs a chat model: set DOSSIER_LLM=openai:<model>"
 NO_MESSAGE = "synthesis needs a message: the question to answer"
 EMPTY_ANSWER = "The retrieved context is empty, so it does not answer this question."
-#: A result still pending in the store after this many seconds was lost: the process running it stopped
-#: (killed, or crashed) before it could store an answer or a failure. A synthesis takes at most its step's
-#: timeout (60 s) for each of its three attempts; a closed engine stores a failure at once.
+#: A result still pending in the store this many seconds after it started (or was queued, until it starts)
+#: was lost: the process running it stopped (killed, or crashed) before it could store an answer or a failure.
+#: A synthesis takes at most its step's timeout (60 s) for each of its three attempts; a closed engine stores a
+#: failure at once.
 LOST_AFTER = 900.0
 LOST = ("synthesis lost: no answer was stored within 15 minutes, so the process that ran it stopped before it "
         "answered; ask again")
@@ -249,6 +250,7 @@ class DeferredResults:
             entry.future = self._pool.submit(self._run, call_id, entry, work)
 
     def _run(self, call_id: str, entry: _Deferred, work: Callable[[], Synthesis]) -> Synthesis:
+        self._persist(call_id, entry, Synthesis(pending=True))  # started now: what LOST_AFTER counts from
         meter = Meter()
         try:
             with metered(meter):

@@ -109,10 +109,12 @@ def _unique(items: list[ExternalItem]) -> list[ExternalItem]:
     seen: set[tuple[str, str]] = set()
     out: list[ExternalItem] = []
     for n, item in enumerate(items):
-        key = (item.source, item.id)
-        if key in seen:
-            item = item.model_copy(update={"id": f"{item.id}#{n}"})
-            key = (item.source, item.id)
+        key, m = (item.source, item.id), n
+        while key in seen:  # a renamed id may be one the source sent itself
+            key = (item.source, f"{item.id}#{m}")
+            m += len(items)
+        if key[1] != item.id:
+            item = item.model_copy(update={"id": key[1]})
         seen.add(key)
         out.append(item)
     return out

@@ -500,9 +500,9 @@ def _partial(path: Path) -> Path:
 
 
 def _sweep(directory: Path, stem: str, *, keep: Path, seq: int) -> None:
-    """Remove what earlier saves of ``stem`` left behind: files of an older log position (a process killed
-    between writing its file and removing the one before it) and partial files an hour old (a process killed
-    while writing). A process that still maps an older file keeps reading it: a removed file stays readable
+    """Remove what earlier saves of ``stem`` left behind, an hour old: files of an older log position (a process
+    killed between writing its file and removing the one before it) and partial files (a process killed while
+    writing). A process that still maps an older file keeps reading it: a removed file stays readable
     to whoever has it open."""
     now = time.time()
     for leftover in [*directory.glob(f"{stem}-*"), *directory.glob(f"{stem}.json.*.partial")]:
@@ -510,7 +510,9 @@ def _sweep(directory: Path, stem: str, *, keep: Path, seq: int) -> None:
             if leftover.name.endswith(".partial"):
                 if now - leftover.stat().st_mtime > _STALE_PARTIAL:
                     leftover.unlink()
-            elif leftover.suffix == ".usearch" and leftover != keep and int(leftover.stem.rsplit("-", 1)[1]) < seq:
+            elif (leftover.suffix == ".usearch" and leftover != keep and int(leftover.stem.rsplit("-", 1)[1]) < seq
+                  and now - leftover.stat().st_mtime > _STALE_PARTIAL):  # fmt: skip
+                # an hour old too: another process may have just written it and be about to open it
                 leftover.unlink()
         except (OSError, ValueError, IndexError):
             continue

@@ -295,7 +295,7 @@ class PostgresStore:
                             if any(not r.merged_into and r.identifiers.model_dump(exclude_none=True) for r, _ in batch.records):
                                 # two writers giving out one new identifier at once: the second waits, then sees it
                                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%b, 0))", ["dossier.identifiers:" + org])
-                            write_guard(batch, _guard_reads(conn, org))
+                            write_guard(batch, _guard_reads(conn, org, {r.id for r, _ in batch.records}))
                         write_org(conn.cursor(binary=True), org, groups[org])
                     orgs |= set(groups)
                     kinds |= {(v.org, v.kind) for v in batch.vectors}
@@ -335,7 +335,7 @@ class PostgresStore:
         (org, record) index, say, depends on them), rather than waiting for autovacuum to notice."""
         large = [table for table, n in sizes.items() if n >= _ANALYZE_AFTER]
         if large:  # VACUUM too: on all-visible pages, counting GIN matches skips the table (full-text IDF)
-            with self._pool.connection() as conn, _unbounded(conn):  # a table another session locks is left to autovacuum
+            with self._pool.connection() as conn, _unbounded(conn, self.session_settings):  # a table another session locks is left to autovacuum
                 conn.execute("VACUUM (ANALYZE, SKIP_LOCKED) " + ", ".join(large))
 
     def _ensure_partition(self, org: str) -> None:
@@ -390,7 +390,7 @@ class PostgresStore:
                 conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%b))", [_INDEX_LOCK, name])
                 conn.execute("SELECT set_config('maintenance_work_mem', %b, true)", [self.index_build_memory])
                 conn.execute(statement)
-            with self._pool.connection() as conn, _unbounded(conn):  # so the planner weighs the index against the org's real size
+            with self._pool.connection() as conn, _unbounded(conn, self.session_settings):  # so the planner weighs the index against the org's real size
                 conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
         except psycopg.Error as exc:
             raise StoreError(f"cannot build the HNSW index {name}: {exc}") from exc
@@ -813,9 +813,13 @@ class _Transaction:
                     continue
                 self.store._pool.unsure()
                 raise StoreUnavailable(f"PostgreSQL store at {self.store._label} is unreachable: {exc}") from exc
-        conn.execute("SET LOCAL statement_timeout = 0")  # writes and index builds are not bounded
-        if self.org is not None:
-            conn.execute("SELECT set_config('dossier.org', %b, true)", [self.org])
+        try:
+            conn.execute("SET LOCAL statement_timeout = 0")  # writes and index builds are not bounded
+            if self.org is not None:
+                conn.execute("SELECT set_config('dossier.org', %b, true)", [self.org])
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)  # the transaction and the lease go back
+            raise
         return conn
 
     def __exit__(self, *exc: Any) -> None:
@@ -825,13 +829,23 @@ class _Transaction:
             self._lease.__exit__(*exc)
 
 
-def _guard_reads(conn: psycopg.Connection, org: str) -> GuardReads:
-    """The reads :func:`~dossier.stores.base.write_guard` makes, on the write's own transaction: the records
-    locked FOR SHARE, so a concurrent change of them (the admin marking one pending deletion) waits for this
-    write to end, and a change already under way is waited for and then read as committed."""
+def _guard_reads(conn: psycopg.Connection, org: str, written: set[str]) -> GuardReads:
+    """The reads :func:`~dossier.stores.base.write_guard` makes, on the write's own transaction: the records it
+    reads locked, so a concurrent change of them (the admin marking one pending deletion) waits for this write
+    to end, and a change already under way is waited for and then read as committed. Those the batch writes
+    (``written``) are locked as its upsert will lock them (FOR NO KEY UPDATE): two writers of one record then
+    queue instead of each holding a share lock the other's upsert waits for; the others FOR SHARE."""
 
     def rows(query: LiteralString, ids: list[str]) -> list[tuple]:
         return conn.execute(query, [org, ids]).fetchall() if ids else []
+
+    def records(ids: list[str]) -> dict[str, tuple[bool, str | None]]:
+        mine, others = sorted(set(ids) & written), sorted(set(ids) - written)
+        found = rows("SELECT id, pending_deletion, merged_into FROM records WHERE org = %s AND id = ANY(%s) "
+                     "ORDER BY id FOR NO KEY UPDATE", mine)  # fmt: skip
+        found += rows("SELECT id, pending_deletion, merged_into FROM records WHERE org = %s AND id = ANY(%s) "
+                      "ORDER BY id FOR SHARE", others)  # fmt: skip
+        return {i: (bool(p), m) for i, p, m in found}
 
     def holders(kind: str, value: str) -> list[str]:
         column = {"email": "email", "phone": "phone", "website": "website", "profile_url": "profile_url"}[kind]
@@ -839,8 +853,7 @@ def _guard_reads(conn: psycopg.Connection, org: str) -> GuardReads:
         return [r[0] for r in conn.execute(query, [org, value])]
 
     return GuardReads(
-        records=lambda ids: {i: (bool(p), m) for i, p, m in rows(
-            "SELECT id, pending_deletion, merged_into FROM records WHERE org = %s AND id = ANY(%s) ORDER BY id FOR SHARE", ids)},
+        records=records,
         memory_owners=lambda ids: {i: r for i, r in rows("SELECT id, record FROM memories WHERE org = %s AND id = ANY(%s)", ids)},
         attached=lambda ids: {i: a for i, a in rows("SELECT id, attached_record FROM documents WHERE org = %s AND id = ANY(%s)", ids)},
         holders=holders,
@@ -848,9 +861,14 @@ def _guard_reads(conn: psycopg.Connection, org: str) -> GuardReads:
 
 
 @contextmanager
-def _unbounded(conn: psycopg.Connection) -> Iterator[None]:
+def _unbounded(conn: psycopg.Connection, session: bool) -> Iterator[None]:
     """No statement timeout on this pooled connection (VACUUM and ANALYZE of a large table) until the block
-    ends, then the session's again."""
+    ends, then the session's again. Behind a transaction-pooling proxy (``session`` false) the store sets no
+    session timeout (each of its transactions sets its own), so there is nothing to lift, and a session
+    setting would land on whichever server connection the proxy picked."""
+    if not session:
+        yield
+        return
     kept = conn.execute("SHOW statement_timeout").fetchone()
     conn.execute("SET statement_timeout = 0")
     try:
