@@ -216,3 +216,23 @@ def test_the_budget_a_page_says_it_needs_packs_the_item_and_one_byte_less_does_n
         fits = size(item) <= needs or _cut(item, needs) is not None
         assert fits, item.kind
         assert size(item) > needs - 1 and _cut(item, needs - 1) is None  # nothing less packs it
+
+
+def test_an_edge_deactivated_after_the_first_page_is_not_paged_into(sample: dossier.Engine) -> None:
+    """Later pages walk the graph again as the first call did: an edge set inactive since is not served."""
+    import json as json_
+    from pathlib import Path
+
+    ask = {**BRIEF, "sources": {"graph": True, "memories": False, "documents": False, "properties": False},
+           "budget": {"totalTokens": 200}}  # fmt: skip
+    first = sample.retrieve(ask, org="northwind", caller="ana")
+    assert first.continuation
+    shown = {i.id for i in first.sources["graph"].items}
+    full = sample.retrieve({**ask, "budget": {"totalTokens": 50_000}}, org="northwind", caller="ana")
+    waiting = [i.id for i in full.sources["graph"].items if i.id not in shown]
+    assert len(waiting) >= 2
+    edges = json_.loads((Path(__file__).resolve().parents[2] / "examples" / "sample-org.json").read_text())["edges"]
+    gone = next(e for e in edges if e["id"] == waiting[0])
+    sample.load_bundle({"edges": [{**gone, "active": False}]})
+    later = [i.id for p in pages(sample, first, sources={"graph": True}) for i in p.sources["graph"].items]
+    assert gone["id"] not in later and set(waiting[1:]) <= set(later)

@@ -91,7 +91,8 @@ def _fresh(call: Call, source: str, items: list[Any]) -> list[Any]:
     heading and text, a property's value read again (one read per source), and those no longer there left
     out (a memory removed, a section dropped from its document, a property a record no longer has). Governance
     then judges what they are now, not what they were (a memory moved to another record since the first page
-    is that record's). Edges and external items are served as kept."""
+    is that record's). Edges come from the first call's walk made again (an edge deactivated since, or out of
+    reach now, is left out); external items are served as kept."""
     store = call.store
     if source == "memories":
         rows = {m.id: m for m in store.get_memories([i.id for i in items], org=call.org)}
@@ -110,6 +111,15 @@ def _fresh(call: Call, source: str, items: list[Any]) -> list[Any]:
         records = {r.id: r for r in store.get_records(sorted({i.record_id for i in items}), org=call.org)}
         return [i.model_copy(update={"value": records[i.record_id].properties[i.name]}) for i in items
                 if i.record_id in records and has_value(records[i.record_id].properties.get(i.name))]  # fmt: skip
+    record = call.resolution.record
+    if source == "graph" and record is not None and not call.resolution.tombstone:
+        settings = call.settings  # the walk the first call made, made again: active edges, as many hops out
+        around = [record.id, *call.resolution.merged_from]
+        now = {h.edge.id: h for h in store.edges_around(around, org=call.org, max_hops=settings.graph_max_hops,
+                                                         limit=settings.graph_max_edges, include_stubs=settings.include_stub_edges)}  # fmt: skip
+        return [i.model_copy(update={"src": now[i.id].edge.src, "dst": now[i.id].edge.dst, "type": now[i.id].edge.type,
+                                     "confidence": now[i.id].edge.confidence, "weight": now[i.id].edge.weight,
+                                     "hops": now[i.id].hops}) for i in items if i.id in now]  # fmt: skip
     return items
 
 
