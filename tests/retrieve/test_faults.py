@@ -160,3 +160,16 @@ def test_external_items_sharing_an_id_are_all_paged_through(fresh_engine: dossie
         texts += [i.text for i in page.sources["external"].items]
         token = page.continuation
     assert sorted(t.split(" ")[0] for t in texts) == ["First", "Second", "Third"]
+
+
+def test_with_every_section_vector_read_failing_the_best_full_text_candidate_still_comes(fresh_engine: dossier.Engine) -> None:
+    """The org-wide vector search and the scoring of the full-text candidates by meaning both fail: the
+    documents source cannot judge by meaning at all, and returned nothing. Now the best full-text candidate
+    comes, as low confidence, and the route says why."""
+    fresh_engine.store = FaultyStore(fresh_engine.store, {"search_vectors": kind_is("section")})  # type: ignore[assignment]
+    response = ask(fresh_engine)
+    documents = response.sources["documents"]
+    assert len(documents.items) == 1 and documents.items[0].confidence == "low"
+    assert response.route["documents"].fallback_reason == "vector_error"
+    assert response.route["documents"].detail["fallback"] == "best_full_text"
+    assert response.partial is True

@@ -97,7 +97,13 @@ def select_sections(call: Call) -> None:
         else:
             call.candidates["documents"] = [_item(call, c, "high") for c in candidates]
         return
-    if ranker is not None:
+    if all(c.lexical_only and c.score == 0.0 for c in candidates):
+        # nothing could be read by meaning (the vector searches failed, the scoring of the full-text candidates
+        # too): neither the ranker nor the thresholds can judge them, so the best full-text candidate comes, low
+        best = min(candidates, key=lambda c: (c.text_rank if c.text_rank is not None else len(candidates), c.section_id))
+        call.decide("documents", detail={"fallback": "best_full_text"})
+        chosen: list[tuple[SectionCandidate, Confidence, float | None]] = [(best, "low", None)]
+    elif ranker is not None:
         chosen = _select_ranked(call, candidates, ranker)
     else:
         chosen = [(c, confidence, None) for c, confidence in _select_heuristic(call, candidates)]
