@@ -31,6 +31,38 @@ WRITER_SCOPED: dict[str, Callable[[Store, Any], Any]] = {
     "update_settings": lambda s, org: s.update_settings(lambda row: {"thresholds": {"memory_semantic": 0.4}}, org=org),
 }
 
+def _race(first: Store, held: WriteBatch, second: Store, other: WriteBatch) -> list[str]:
+    """``first`` writes ``held`` and keeps its transaction open (a load embedding the rest, say) while ``second``
+    writes ``other``, given a second to land before ``first`` commits; each outcome, in the order they ended:
+    "landed", or the message of the dossier error that refused the write."""
+    wrote, release = threading.Event(), threading.Event()
+
+    def slow_load() -> Any:
+        yield held
+        wrote.set()
+        release.wait(20)
+
+    outcomes: list[str] = []
+
+    def run(store: Store, batches: Any) -> None:
+        try:
+            store.write_many(batches)
+            outcomes.append("landed")
+        except dossier.DossierError as exc:
+            outcomes.append(str(exc))
+
+    slow = threading.Thread(target=run, args=(first, slow_load()))
+    slow.start()
+    assert wrote.wait(20)
+    racing = threading.Thread(target=run, args=(second, [other]))
+    racing.start()
+    racing.join(1.0)  # without a lock held by the first write, the second has landed by now
+    release.set()
+    slow.join(20)
+    racing.join(20)
+    return outcomes
+
+
 class WriterContract:
     """What every backend's writes and hashes do."""
 
@@ -166,31 +198,8 @@ class WriterContract:
         first, second = open_store(), open_store()
         write_world(first, embedder, "acme")
         first.write(make_batch(embedder, records=[_contact("acme", "r-a"), _contact("acme", "r-b")]))
-        wrote, release = threading.Event(), threading.Event()
-
-        def slow_load() -> Any:  # the first load's merge is written, then the load goes on (embedding, say)
-            yield make_batch(embedder, records=[_contact("acme", "r-a", merged_into="r-b")])
-            wrote.set()
-            release.wait(20)
-
-        outcomes: list[str] = []
-
-        def run(store: Store, batches: Any) -> None:
-            try:
-                store.write_many(batches)
-                outcomes.append("landed")
-            except dossier.StoreError as exc:
-                outcomes.append(str(exc))
-
-        slow = threading.Thread(target=run, args=(first, slow_load()))
-        slow.start()
-        assert wrote.wait(20)
-        other = threading.Thread(target=run, args=(second, [make_batch(embedder, records=[_contact("acme", "r-b", merged_into="r-a")])]))
-        other.start()
-        other.join(1.0)
-        release.set()
-        slow.join(20)
-        other.join(20)
+        outcomes = _race(first, make_batch(embedder, records=[_contact("acme", "r-a", merged_into="r-b")]),
+                         second, make_batch(embedder, records=[_contact("acme", "r-b", merged_into="r-a")]))  # fmt: skip
         assert sorted(o == "landed" for o in outcomes) == [False, True]
         assert any("merged_into makes a cycle" in o for o in outcomes)
         rows = {r.id: r.merged_into for r in first.get_records(["r-a", "r-b"], org="acme")}
@@ -263,36 +272,13 @@ class WriterContract:
     def test_of_two_guarded_writes_giving_out_one_new_email_at_once_one_lands(self, open_store: Callable[[], Store], embedder: Any) -> None:
         first, second = open_store(), open_store()
         write_world(first, embedder, "acme")
-        wrote, release = threading.Event(), threading.Event()
 
         def guarded(rid: str) -> WriteBatch:
             batch = make_batch(embedder, records=[_contact("acme", rid, identifiers={"email": "new.person@acme.com"})])
             batch.guard = True
             return batch
 
-        def slow_load() -> Any:
-            yield guarded("r-first")
-            wrote.set()
-            release.wait(20)
-
-        outcomes: list[str] = []
-
-        def run(store: Store, batches: Any) -> None:
-            try:
-                store.write_many(batches)
-                outcomes.append("landed")
-            except dossier.UsageError as exc:
-                outcomes.append(str(exc))
-
-        slow = threading.Thread(target=run, args=(first, slow_load()))
-        slow.start()
-        assert wrote.wait(20)
-        other = threading.Thread(target=run, args=(second, [guarded("r-second")]))
-        other.start()
-        other.join(1.0)  # without a lock it has landed by now
-        release.set()
-        slow.join(20)
-        other.join(20)
+        outcomes = _race(first, guarded("r-first"), second, guarded("r-second"))
         assert outcomes[0] == "landed" and "already names record 'r-first'" in outcomes[1]
         assert first.get_records(["r-second"], org="acme") == []
 

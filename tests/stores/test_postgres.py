@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import psycopg
@@ -328,21 +328,19 @@ def test_a_committed_write_stands_when_its_upkeep_fails(pg_store: PostgresStore,
     assert "were not brought up to date after a write (OperationalError)" in caplog.text
 
 
-def test_loads_writing_the_same_rows_in_other_orders_at_once_never_deadlock(pg_url: str, embedder: Any) -> None:
-    """Rows are upserted in one order (by id) whatever order a bundle lists them in: two loads touching the
-    same records in opposite orders used to fail one of them now and then with "deadlock detected"."""
+def _at_once(pg_url: str, embedder: Any, rounds: int, batches: Callable[[int], tuple[WriteBatch, WriteBatch]]) -> list[str]:
+    """``rounds`` times, two handles on the database write ``batches(round)`` at the same moment; the message
+    of every write refused."""
     from threading import Barrier
 
     stores = [PostgresStore(pg_url), PostgresStore(pg_url)]
     try:
         write_world(stores[0], embedder, "acme")
         failures: list[str] = []
-        for round_ in range(25):
+        for round_ in range(rounds):
             start = Barrier(2)
 
-            def load(store: PostgresStore, ids: list[str], n: int = round_) -> None:
-                batch = make_batch(embedder, records=[_contact("acme", i, properties={"round": n, "by": ids[0]}) for i in ids],
-                                   vectors=False)  # fmt: skip
+            def load(store: PostgresStore, batch: WriteBatch) -> None:
                 start.wait(10)
                 try:
                     store.write(batch)
@@ -350,41 +348,34 @@ def test_loads_writing_the_same_rows_in_other_orders_at_once_never_deadlock(pg_u
                     failures.append(str(exc))
 
             with ThreadPoolExecutor(2) as pool:
-                list(pool.map(load, stores, [["r-x1", "r-x2", "r-x3"], ["r-x3", "r-x2", "r-x1"]]))
-        assert failures == []
+                list(pool.map(load, stores, batches(round_)))
+        return failures
     finally:
         for store in stores:
             store.close()
+
+
+def test_loads_writing_the_same_rows_in_other_orders_at_once_never_deadlock(pg_url: str, embedder: Any) -> None:
+    """Rows are upserted in one order (by id) whatever order a bundle lists them in: two loads touching the
+    same records in opposite orders used to fail one of them now and then with "deadlock detected"."""
+
+    def load(ids: list[str], n: int) -> WriteBatch:
+        return make_batch(embedder, records=[_contact("acme", i, properties={"round": n, "by": ids[0]}) for i in ids], vectors=False)
+
+    assert _at_once(pg_url, embedder, 25, lambda n: (load(["r-x1", "r-x2", "r-x3"], n), load(["r-x3", "r-x2", "r-x1"], n))) == []
 
 
 def test_two_guarded_writes_of_one_record_at_once_queue_instead_of_deadlocking(pg_url: str, embedder: Any) -> None:
     """A guarded write (a caller without the admin role) locks the records it checks; those it will write are
     locked as the upsert locks them, so two writers of one record queue. With a share lock each, each upsert
     waited for the other's share lock, and one failed with "deadlock detected"."""
-    from threading import Barrier
 
-    stores = [PostgresStore(pg_url), PostgresStore(pg_url)]
-    try:
-        write_world(stores[0], embedder, "acme")
-        failures: list[str] = []
-        for round_ in range(20):
-            start = Barrier(2)
+    def load(by: str, n: int) -> WriteBatch:
+        batch = make_batch(embedder, records=[_contact("acme", "r-bob", properties={"round": n, "by": by})], vectors=False)
+        batch.guard = True
+        return batch
 
-            def load(store: PostgresStore, by: str, n: int = round_) -> None:
-                batch = make_batch(embedder, records=[_contact("acme", "r-bob", properties={"round": n, "by": by})], vectors=False)
-                batch.guard = True
-                start.wait(10)
-                try:
-                    store.write(batch)
-                except dossier.StoreError as exc:
-                    failures.append(str(exc))
-
-            with ThreadPoolExecutor(2) as pool:
-                list(pool.map(load, stores, ["one", "two"]))
-        assert failures == []
-    finally:
-        for store in stores:
-            store.close()
+    assert _at_once(pg_url, embedder, 20, lambda n: (load("one", n), load("two", n))) == []
 
 
 def test_a_statement_timeout_that_is_not_a_number_is_refused(pg_url: str) -> None:
